@@ -1,0 +1,45 @@
+"""Argument types for the CLI: each parses one value or raises ArgumentTypeError."""
+
+from __future__ import annotations
+
+import argparse
+
+from bloomswarm.common.params import Layout
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 0 (thousands separators ``_`` and ``,`` allowed)."""
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def fpp_value(text: str) -> float:
+    """A false-positive rate strictly between 0 and 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), got {text}")
+    return value
+
+
+def seed_value(text: str) -> int:
+    """A 32-bit unsigned hash seed."""
+    value = positive_int(text)
+    if value >= 2**32:
+        raise argparse.ArgumentTypeError(f"must be below 2**32, got {text}")
+    return value
+
+
+def layout_value(text: str) -> Layout:
+    """A layout name: blocked or standard."""
+    try:
+        return Layout.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -1,0 +1,124 @@
+"""Subcommands that work on filter files: ``build``, ``inspect`` and ``query``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.params import Layout
+from bloomswarm.common.reader import Filter
+from bloomswarm.publisher.build import BuildSpec, build_filter
+from bloomswarm.publisher.sources import KeyType, SourceSpec, convert_key
+
+from .arguments import fpp_value, layout_value, positive_int, seed_value
+
+
+def register(commands: Any) -> None:
+    """Add the filter subcommands to the ``commands`` subparsers object."""
+    build = commands.add_parser("build", help="build a filter file from keys, one per line")
+    build.add_argument("inputs", nargs="+", metavar="INPUT",
+                       help="files, directories or globs of keys (plain, gzip or zstd)")
+    build.add_argument("-o", "--output", required=True, type=Path, help="filter file to write")
+    _add_key_options(build)
+    build.add_argument("--csv-column", metavar="NAME", help="read keys from this CSV column")
+    build.add_argument("--expected-keys", type=positive_int, metavar="N",
+                       help="size for N keys (default: count the input first)")
+    build.add_argument("--fpp", type=fpp_value, default=0.01, help="target false-positive rate (0.01)")
+    build.add_argument("--layout", type=layout_value, default=Layout.BLOCKED,
+                       help="blocked (default) or standard")
+    build.add_argument("--seed", type=seed_value, default=0, help="hash seed, 0..2**32-1")
+    build.add_argument("--filter-version", type=positive_int, default=0, metavar="N",
+                       help="version number stored in the header")
+    build.add_argument("--engine", choices=["auto", "c", "python"], default="auto")
+    build.set_defaults(handler=run_build)
+
+    inspect = commands.add_parser("inspect", help="print a filter file's header and statistics")
+    inspect.add_argument("file", type=Path)
+    inspect.add_argument("--verify", action="store_true", help="check the body's SHA-256")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+    inspect.set_defaults(handler=run_inspect)
+
+    query = commands.add_parser("query", help="test keys against a filter file")
+    query.add_argument("file", type=Path)
+    query.add_argument("keys", nargs="*", metavar="KEY", help="keys to test (default: read stdin)")
+    _add_key_options(query)
+    query.set_defaults(handler=run_query)
+
+
+def _add_key_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key-type", choices=["str", "bytes", "int"], default="str",
+                        help="how keys are read: UTF-8 text (default), raw bytes, 64-bit integers")
+
+
+def run_build(args: argparse.Namespace) -> int:
+    if not args.output.parent.is_dir():
+        raise ConfigError(f"output directory does not exist: {args.output.parent}")
+    source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column)
+    spec = BuildSpec(target_fpp=args.fpp, layout=args.layout, hash_seed=args.seed,
+                     expected_keys=args.expected_keys, engine=args.engine, progress=not args.quiet)
+    builder = build_filter(source, spec)
+    header = builder.write(args.output, version=args.filter_version)
+    p = header.params
+    print(f"wrote {args.output}: {builder.key_count:,} keys, {p.layout.label} layout, "
+          f"{p.num_bits / max(builder.key_count, 1):.2f} bits/key, k={p.num_probes}, "
+          f"{header.file_size:,} bytes")
+    return 0
+
+
+def describe(f: Filter) -> dict[str, Any]:
+    """A filter's header and statistics as a JSON-ready dict."""
+    h, p = f.header, f.params
+    return {
+        "path": str(f.path),
+        "filter_version": h.filter_version,
+        "layout": p.layout.label,
+        "hash": p.hash_id.name.lower(),
+        "hash_seed": p.hash_seed,
+        "num_probes": p.num_probes,
+        "num_bits": p.num_bits,
+        "file_size": h.file_size,
+        "key_count": h.key_count,
+        "capacity": h.capacity,
+        "bits_per_key": round(p.num_bits / h.key_count, 3) if h.key_count else None,
+        "target_fpp": h.target_fpp,
+        "fill_ratio": round(f.fill_ratio(), 6),
+        "expected_fpp": f.expected_fpp(),
+        "created_at": dt.datetime.fromtimestamp(h.created_at, dt.timezone.utc).isoformat(),
+        "body_sha256": h.body_sha256.hex(),
+    }
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    with Filter.open(args.file, verify=args.verify) as f:
+        info = describe(f)
+    if args.verify:
+        info["verified"] = True
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        width = max(map(len, info))
+        for name, value in info.items():
+            print(f"{name:<{width}}  {value}")
+    return 0
+
+
+def run_query(args: argparse.Namespace) -> int:
+    key_type: KeyType = args.key_type
+    if args.keys:
+        raw_keys = [k.encode("utf-8", "surrogateescape") for k in args.keys]
+    else:
+        raw_keys = [line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip(b"\r\n")]
+    keys = [convert_key(raw, key_type, "argument" if args.keys else "stdin", i + 1)
+            for i, raw in enumerate(raw_keys)]
+    if not keys:
+        raise ConfigError("no keys given (pass them as arguments or on stdin)")
+    with Filter.open(args.file) as f:
+        answers = f.contains_many(keys)
+    for raw, present in zip(raw_keys, answers, strict=True):
+        print(f"{'present' if present else 'absent'}\t{raw.decode('utf-8', 'backslashreplace')}")
+    return 0

@@ -1,0 +1,58 @@
+"""Writing files atomically: a temporary name, fsync, rename, fsync of the directory.
+
+A reader sees either no file or the whole file; a crash leaves at most a temporary file
+whose name starts with ``.tmp-``, never a partial target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """Flush a directory's entries (a rename or new link in it) to disk."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(
+    path: str | os.PathLike[str],
+    parts: Iterable[bytes | bytearray | memoryview],
+    *,
+    mode: int = 0o644,
+    overwrite: bool = True,
+) -> None:
+    """Write the concatenated ``parts`` to ``path`` atomically with permission ``mode``.
+
+    With ``overwrite=False`` an existing target raises FileExistsError (checked by a
+    hard link, so two racing writers cannot both win). The temporary file is removed on
+    any failure, including KeyboardInterrupt.
+    """
+    target = Path(path)
+    directory = target.parent
+    fd, tmp_name = tempfile.mkstemp(prefix=f".tmp-{target.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                out.write(part)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+        if overwrite:
+            os.replace(tmp_name, target)
+        else:
+            os.link(tmp_name, target)
+            os.unlink(tmp_name)
+        fsync_directory(directory)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+

@@ -1,0 +1,210 @@
+"""LiveFilter: the filter of an agent's data directory, following every hot swap.
+
+The agent flips the ``current`` symlink (see :mod:`.datadir`). LiveFilter notices a flip
+through a watchdog (inotify) event, or, as a fallback that always runs, a cheap ``stat``
+of ``current/filter.bsf`` every ``poll_interval`` seconds. It then maps and validates the
+new file and swaps one reference. A lookup reads that reference once, so it answers
+wholly from the old or wholly from the new version, never from a mixture. The old
+mapping is released when the last lookup still using it returns. A new file that fails
+validation is refused (logged, counted) and the old one keeps serving.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .datadir import CURRENT, current_filter_path
+from .errors import BloomswarmError, NotReadyError
+from .fastpath import Engine
+from .keys import Key
+from .reader import Filter
+
+log = logging.getLogger("bloomswarm.live")
+
+SwapCallback = Callable[[Filter | None, Filter], None]
+"""Called as ``callback(old, new)`` after a swap; ``old`` is None for the first version."""
+
+
+class _NoVersion:
+    """Stands in for the filter until the first version is installed."""
+
+    def __contains__(self, key: object) -> bool:
+        raise NotReadyError("no filter version is installed yet")
+
+    def contains_many(self, keys: object) -> npt.NDArray[np.bool_]:
+        raise NotReadyError("no filter version is installed yet")
+
+
+class LiveFilter:
+    """Membership queries against whatever version ``directory/current`` points at.
+
+    Thread-safe. ``key in live`` raises NotReadyError until a version is installed
+    (pass ``wait`` to block for one at construction).
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        poll_interval: float = 1.0,
+        watch: bool = True,
+        verify: bool = False,
+        engine: Engine = "auto",
+        wait: float = 0.0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.poll_interval = poll_interval
+        self._verify = verify
+        self._engine: Engine = engine
+        self._current: Filter | _NoVersion = _NoVersion()
+        self._lock = threading.Lock()
+        self._callbacks: list[SwapCallback] = []
+        self._rejected: tuple[int, int] | None = None
+        self._stop = threading.Event()
+        self.swap_count = 0
+        """Swaps done since construction (the first version counts)."""
+        self.rejected_count = 0
+        """New files refused because they failed validation."""
+        self.last_error: str | None = None
+        """Why the most recent new file was refused, if one was."""
+        self.refresh()
+        deadline = time.monotonic() + wait
+        while isinstance(self._current, _NoVersion) and time.monotonic() < deadline:
+            time.sleep(min(0.05, poll_interval))
+            self.refresh()
+        self._observer = _start_observer(self.directory, self.refresh) if watch else None
+        self._poller = threading.Thread(target=self._poll, name="livefilter-poll", daemon=True)
+        self._poller.start()
+
+    # -- queries -------------------------------------------------------------------
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._current
+
+    def contains_many(self, keys: Iterable[Key] | np.ndarray) -> npt.NDArray[np.bool_]:
+        """Batch membership, all answered from one version (see Filter.contains_many)."""
+        return self._current.contains_many(keys)
+
+    @property
+    def filter(self) -> Filter:
+        """The filter serving now: a snapshot that stays valid while you hold it."""
+        current = self._current
+        if isinstance(current, _NoVersion):
+            raise NotReadyError("no filter version is installed yet")
+        return current
+
+    @property
+    def version(self) -> int | None:
+        """The version serving now, or None before the first one."""
+        current = self._current
+        return None if isinstance(current, _NoVersion) else current.version
+
+    def on_swap(self, callback: SwapCallback) -> None:
+        """Call ``callback(old, new)`` after every future swap (from a background thread)."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+    # -- swapping ------------------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Check ``current`` now and swap if it names a new, valid file; True if swapped."""
+        path = current_filter_path(self.directory)
+        with self._lock:
+            try:
+                stat = os.stat(path)
+            except OSError:
+                return False
+            identity = (stat.st_dev, stat.st_ino)
+            current = self._current
+            if isinstance(current, Filter) and current.identity == identity:
+                return False
+            if identity == self._rejected:
+                return False
+            try:
+                new = Filter.open(path, verify=self._verify, engine=self._engine)
+            except (BloomswarmError, OSError) as exc:
+                self._rejected = identity
+                self.rejected_count += 1
+                self.last_error = f"{path}: {exc}"
+                log.error("refusing new filter file, keeping the current one: %s", self.last_error)
+                return False
+            if isinstance(current, Filter) and new.identity == current.identity:
+                return False
+            old = None if isinstance(current, _NoVersion) else current
+            self._current = new
+            self.swap_count += 1
+            callbacks = list(self._callbacks)
+        log.info("swapped to filter version %s (%s)", new.version, path)
+        for callback in callbacks:
+            try:
+                callback(old, new)
+            except Exception:
+                log.exception("on_swap callback failed")
+        return True
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.poll_interval):
+            try:
+                self.refresh()
+            except Exception:  # keep the fallback alive whatever happens
+                log.exception("LiveFilter poll failed")
+
+    # -- lifetime ------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop watching (idempotent). The current filter stays usable until dropped."""
+        self._stop.set()
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
+        if self._poller.is_alive() and self._poller is not threading.current_thread():
+            self._poller.join(timeout=5)
+
+    def __enter__(self) -> LiveFilter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _start_observer(directory: Path, refresh: Callable[[], bool]) -> Any:
+    """Start a watchdog observer that calls ``refresh`` when ``current`` changes.
+
+    Returns None (the stat fallback alone then notices swaps) when watchdog is missing or
+    the directory cannot be watched yet.
+    """
+    try:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+    except ImportError:  # pragma: no cover - watchdog is a dependency
+        return None
+
+    class _CurrentChanged(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            for changed in (event.src_path, getattr(event, "dest_path", "")):
+                if os.path.basename(os.fsdecode(changed)) == CURRENT:
+                    try:
+                        refresh()
+                    except Exception:
+                        log.exception("LiveFilter refresh after a watchdog event failed")
+                    return
+
+    observer = Observer()
+    try:
+        observer.schedule(_CurrentChanged(), str(directory), recursive=False)
+        observer.daemon = True
+        observer.start()
+    except OSError as exc:
+        log.warning("cannot watch %s (%s); relying on polling", directory, exc)
+        return None
+    return observer

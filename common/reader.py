@@ -1,0 +1,256 @@
+"""The read-only filter: a validated file mapped with mmap, answering membership queries.
+
+Opening costs one ``pread`` of the header and one ``mmap`` call, whatever the file's size:
+the body is never read up front, and every process that opens the same file shares one
+page-cache copy of it. The header is validated before the mapping exists, so a truncated
+or corrupt file raises FormatError and can never cause SIGBUS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from bitarray import bitarray
+
+from . import batch
+from .errors import FormatError
+from .fastpath import EXTENSION, Engine, resolve_engine
+from .header import HEADER_SIZE, FilterHeader
+from .keys import Key
+from .params import FilterParams, Layout
+from .probing import make_contains
+
+
+class Filter:
+    """A filter file mapped read-only. Use :meth:`open`; ``key in f`` tests membership.
+
+    Lookups are thread-safe. Do not :meth:`close` a filter that other threads are still
+    using: drop the reference instead, and the mapping is released when the last user
+    is done (this is what :class:`~bloomswarm.common.live.LiveFilter` does on a swap).
+    """
+
+    path: Path
+    identity: tuple[int, int]
+    """(device, inode) of the mapped file: tells two installed versions apart."""
+    header: FilterHeader
+    engine: str
+    _mm: mmap.mmap | None
+    _view: memoryview | None
+    _body_u8: npt.NDArray[np.uint8]
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, verify: bool = False, engine: Engine = "auto") -> Filter:
+        """Map and validate the filter file at ``path``.
+
+        With ``verify=True`` the body's SHA-256 is checked too (reads the whole file).
+        Raises FormatError for a malformed, truncated or (when verified) corrupt file and
+        OSError when the file cannot be opened.
+        """
+        chosen = resolve_engine(engine)
+        instance: Filter = _CFilter() if chosen == "c" else _PyFilter()
+        instance._attach(Path(path), verify)
+        return instance
+
+    def _attach(self, path: Path, verify: bool) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        try:
+            size = os.fstat(fd).st_size
+            header = FilterHeader.unpack(os.pread(fd, HEADER_SIZE, 0), size)
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            stat = os.fstat(fd)
+        finally:
+            os.close(fd)
+        view = memoryview(mm)[HEADER_SIZE:]
+        if verify and hashlib.sha256(view).digest() != header.body_sha256:
+            view.release()
+            mm.close()
+            raise FormatError(f"{path}: body SHA-256 does not match the header (corrupt file)")
+        self.path = path
+        self.identity = (stat.st_dev, stat.st_ino)
+        self.header = header
+        self._mm = mm
+        self._view = view
+        self._body_u8 = np.frombuffer(view, dtype=np.uint8)
+        self._bind_engine()
+
+    def _bind_engine(self) -> None:
+        raise NotImplementedError
+
+    def _unbind_engine(self) -> None:
+        raise NotImplementedError
+
+    def _contains_array(self, keys: batch.U64Array) -> npt.NDArray[np.bool_]:
+        raise NotImplementedError
+
+    def _contains_sequence(self, keys: list[Key]) -> npt.NDArray[np.bool_]:
+        raise NotImplementedError
+
+    # -- queries -------------------------------------------------------------------
+
+    def contains_many(self, keys: Iterable[Key] | np.ndarray) -> npt.NDArray[np.bool_]:
+        """Membership of each key, as a numpy bool array in input order.
+
+        ``keys`` is a 1-D uint64/int64 numpy array (the fastest form) or an iterable of
+        bytes / str / int keys.
+        """
+        self._check_open()
+        if isinstance(keys, np.ndarray):
+            return self._contains_array(batch.as_u64_keys(keys))
+        seq = keys if isinstance(keys, list) else list(keys)
+        return self._contains_sequence(seq)
+
+    @property
+    def params(self) -> FilterParams:
+        """Layout, size, probe count and hash of this filter."""
+        return self.header.params
+
+    @property
+    def version(self) -> int:
+        """The publisher's version number of this file (0 when unversioned)."""
+        return self.header.filter_version
+
+    @property
+    def key_count(self) -> int:
+        """Number of insertions the filter was built with."""
+        return self.header.key_count
+
+    def fill_ratio(self) -> float:
+        """Fraction of the bits that are set (reads the whole body)."""
+        self._check_open()
+        ones = int(np.bitwise_count(self._body_u8).sum(dtype=np.uint64))
+        return ones / self.params.num_bits
+
+    def expected_fpp(self) -> float:
+        """False-positive rate for a random absent key, computed from the bits actually set.
+
+        Blocked: the mean over blocks of (bits set in the block / 512)^k; standard:
+        (fill ratio)^k. Reads the whole body.
+        """
+        self._check_open()
+        k = self.params.num_probes
+        if self.params.layout == Layout.STANDARD:
+            return self.fill_ratio() ** k
+        blocks = self._body_u8.reshape(-1, 64)
+        total = 0.0
+        step = 1 << 16
+        for start in range(0, len(blocks), step):
+            ones = np.bitwise_count(blocks[start:start + step]).sum(axis=1, dtype=np.uint32)
+            total += float(((ones / 512.0) ** k).sum())
+        return total / len(blocks)
+
+    # -- lifetime ------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has run."""
+        return self._mm is None
+
+    def close(self) -> None:
+        """Release the mapping now (idempotent). Later lookups raise ValueError."""
+        if self._mm is None:
+            return
+        self._unbind_engine()
+        self._body_u8 = np.zeros(0, dtype=np.uint8)
+        if self._view is not None:
+            with contextlib.suppress(BufferError):
+                self._view.release()
+        with contextlib.suppress(BufferError):
+            self._mm.close()
+        self._mm = None
+        self._view = None
+
+    def _check_open(self) -> None:
+        if self._mm is None:
+            raise ValueError("filter is closed")
+
+    def __enter__(self) -> Filter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        p = self.params
+        state = "closed" if self.closed else str(self.path)
+        return (
+            f"<Filter v{self.version} {p.layout.label} bits={p.num_bits} k={p.num_probes} "
+            f"keys={self.key_count} engine={self.engine} {state}>"
+        )
+
+    def __contains__(self, key: Key) -> bool:
+        """True when ``key`` may be in the set; False when it certainly is not."""
+        raise NotImplementedError
+
+
+class _PyFilter(Filter):
+    """The pure-Python reference path: mmh3 + bitarray over the mapping, numpy for batches."""
+
+    engine = "python"
+
+    def _bind_engine(self) -> None:
+        assert self._view is not None
+        self._bits = bitarray(buffer=self._view, endian="little")
+        self._contains = make_contains(self._bits, self.params)
+        # ``key in f`` costs one Python frame instead of two when the generated test is the
+        # class's own __contains__: give this instance a one-off subclass that has it.
+        self.__class__ = type(
+            "_PyFilter", (_PyFilter,), {"__contains__": staticmethod(self._contains), "__slots__": ()}
+        )
+
+    def _unbind_engine(self) -> None:
+        self._contains = _closed
+        self.__class__ = _PyFilter
+        del self._bits
+
+    def __contains__(self, key: Key) -> bool:
+        return self._contains(key)
+
+    def _contains_array(self, keys: batch.U64Array) -> npt.NDArray[np.bool_]:
+        return batch.contains_u64(self._body_u8, keys, self.params)
+
+    def _contains_sequence(self, keys: list[Key]) -> npt.NDArray[np.bool_]:
+        contains = self._contains
+        return np.fromiter((contains(k) for k in keys), dtype=np.bool_, count=len(keys))
+
+
+def _closed(key: object) -> bool:
+    raise ValueError("filter is closed")
+
+
+if EXTENSION is not None:
+    _ProbeBase: Any = EXTENSION.Probe
+else:  # pragma: no cover - exercised by the pure-Python CI leg
+
+    class _ProbeBase:  # type: ignore[no-redef]
+        """Stand-in so the class statement below works without the extension."""
+
+
+class _CFilter(_ProbeBase, Filter):  # type: ignore[misc]
+    """The C path: ``key in f`` goes straight to the extension's sq_contains slot."""
+
+    engine = "c"
+
+    def _bind_engine(self) -> None:
+        p = self.params
+        self._bind(self._view, int(p.layout), p.hash_seed, p.num_probes, p.num_bits)
+
+    def _unbind_engine(self) -> None:
+        self._unbind()
+
+    def _contains_array(self, keys: batch.U64Array) -> npt.NDArray[np.bool_]:
+        out = np.empty(len(keys), dtype=np.bool_)
+        self._contains_u64(keys, out)
+        return out
+
+    def _contains_sequence(self, keys: list[Key]) -> npt.NDArray[np.bool_]:
+        out = np.empty(len(keys), dtype=np.bool_)
+        self._contains_keys(keys, out)
+        return out

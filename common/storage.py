@@ -1,0 +1,698 @@
+"""The object-store seam: a small protocol, an S3 implementation and an in-memory twin.
+
+Publisher and agent talk to storage only through :class:`ObjectStore`. Keys are plain
+relative strings ("v7/manifest.json"); an implementation maps them under its own prefix.
+
+Conditional requests carry the version protocol (design.md, "Versions, integrity,
+trust"): a publisher claims ``vN/manifest.json`` with ``put(..., if_none_match_any=True)``
+and moves ``latest.json`` with ``put(..., if_match=etag_it_read)``; an agent polls with
+``get(key, if_none_match=etag)``, which returns None while nothing changed.
+
+Every boto3/botocore exception is translated in one place, :func:`translate_boto_error`;
+nothing from botocore escapes an :class:`S3ObjectStore` method.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import boto3
+from botocore import exceptions as bx
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .atomic_file import write_atomically
+from .errors import ConfigError, ObjectNotFound, PreconditionFailed, StorageError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3.client import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
+MIB = 1024 * 1024
+DEFAULT_PART_SIZE = 64 * MIB
+MIN_PART_SIZE = 5 * MIB
+"""S3's minimum size of every multipart part but the last."""
+MAX_PART_SIZE = 5 * 1024 * MIB
+MAX_PARTS = 10_000
+_DELETE_BATCH = 1000
+_COPY_CHUNK = 1 * MIB
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An object's bytes and the ETag they were stored under (quoted, as S3 sends it)."""
+
+    data: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object's metadata: size in bytes and ETag (quoted)."""
+
+    size: int
+    etag: str
+
+
+@runtime_checkable
+class ObjectStore(Protocol):
+    """A flat key/value object store with S3 semantics. Implementations are thread-safe.
+
+    Failures raise :class:`~.errors.ObjectNotFound` (key or bucket absent),
+    :class:`~.errors.PreconditionFailed` (a conditional write lost its race) or
+    :class:`~.errors.StorageError` (anything else: unreachable endpoint, access denied,
+    timeouts) — never a third-party exception. Keys are relative, non-empty and do not
+    start with "/". ETags are opaque strings, compared as given.
+    """
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        """Return the object (read into memory: meant for small documents); None when its
+        ETag equals ``if_none_match`` (HTTP 304, not modified)."""
+        ...
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match_any: bool = False,
+        if_match: str | None = None,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+    ) -> str:
+        """Store ``data`` and return its new ETag.
+
+        ``if_none_match_any``: only if the key does not exist yet. ``if_match``: only if
+        the current ETag equals it. A failed condition raises PreconditionFailed. The two
+        conditions are exclusive (ValueError).
+        """
+        ...
+
+    def upload_file(
+        self, key: str, path: Path, *, progress: Callable[[int], None] | None = None
+    ) -> str:
+        """Upload a local file (multipart when large) and return its ETag.
+
+        ``progress`` is called with the number of bytes just sent (an increment). Any
+        exception, KeyboardInterrupt included, aborts the upload and leaves no object and
+        no pending multipart upload behind.
+        """
+        ...
+
+    def download_file(self, key: str, path: Path) -> None:
+        """Write the object to ``path`` atomically (temporary file, fsync, rename)."""
+        ...
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete these keys; keys that do not exist are ignored."""
+        ...
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        """Return every key starting with ``prefix``, sorted."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """Return whether the key exists (a missing bucket raises ObjectNotFound)."""
+        ...
+
+    def head(self, key: str) -> ObjectInfo:
+        """Return the object's size and ETag."""
+        ...
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """Return a URL that lets anyone GET the object for ``expires_s`` seconds."""
+        ...
+
+    def public_url(self, key: str) -> str | None:
+        """Return an unsigned URL for the object (a CDN in front of it), or None."""
+        ...
+
+
+def parse_s3_url(url: str) -> tuple[str, str]:
+    """Split "s3://bucket/some/prefix" into ("bucket", "some/prefix").
+
+    The prefix has no leading or trailing "/" and may be empty. Raises ConfigError for
+    anything that is not an s3:// URL with a valid bucket name.
+    """
+    try:
+        parsed = urllib.parse.urlsplit(url.strip())
+        extras = parsed.query or parsed.fragment or parsed.username or parsed.port
+    except ValueError as exc:
+        raise ConfigError(f"not a valid s3:// URL: {url!r}") from exc
+    if parsed.scheme != "s3":
+        raise ConfigError(f"not an s3:// URL: {url!r}")
+    if extras:
+        raise ConfigError(f"s3 URL must be s3://bucket[/prefix], got {url!r}")
+    bucket = parsed.netloc
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise ConfigError(f"invalid bucket name {bucket!r} in {url!r}")
+    return bucket, parsed.path.strip("/")
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where and how to reach an S3-compatible bucket. Credentials come from the standard
+    AWS chain (environment, shared files, instance/pod role), never from this object."""
+
+    bucket: str
+    """Bucket name."""
+    prefix: str = ""
+    """Key prefix inside the bucket; every store key is relative to it."""
+    endpoint_url: str | None = None
+    """Endpoint for a non-AWS store (MinIO, moto); implies path-style addressing."""
+    region: str | None = None
+    """Region; None lets the AWS chain decide."""
+    profile: str | None = None
+    """Named profile in the shared AWS config files; None for the default chain."""
+    connect_timeout_s: float = 5.0
+    """Seconds to wait for a TCP connection."""
+    read_timeout_s: float = 60.0
+    """Seconds to wait for a response byte."""
+    max_attempts: int = 3
+    """Attempts per request, first included (botocore "standard" retry mode)."""
+    part_size: int = DEFAULT_PART_SIZE
+    """Multipart part size in bytes; files up to this size go in one PUT."""
+    part_attempts: int = 3
+    """Attempts per multipart part on top of botocore's own retries."""
+    checksum_sha256: bool = True
+    """Send SHA-256 checksums with uploads; turn off for stores that reject them, which also
+    stops botocore's default CRC checksums."""
+    public_base_url: str | None = None
+    """Base URL of a CDN or public endpoint serving the prefix, for :meth:`public_url`."""
+    max_pool_connections: int = 16
+    """HTTP connections kept per client (concurrent requests)."""
+
+    def __post_init__(self) -> None:
+        if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
+            raise ConfigError(f"invalid S3 bucket name {self.bucket!r}")
+        if self.prefix != self.prefix.strip("/"):
+            object.__setattr__(self, "prefix", self.prefix.strip("/"))
+        if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
+            raise ConfigError(
+                f"S3 part size must be between 5 MiB and 5 GiB, got {self.part_size} bytes"
+            )
+        if self.max_attempts < 1 or self.part_attempts < 1:
+            raise ConfigError("S3 max_attempts and part_attempts must be at least 1")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ConfigError("S3 timeouts must be positive")
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> S3Config:
+        """Build a config from "s3://bucket/prefix" plus any other field."""
+        bucket, prefix = parse_s3_url(url)
+        return cls(bucket=bucket, prefix=prefix, **kwargs)
+
+    @property
+    def url(self) -> str:
+        """The "s3://bucket/prefix" form, for messages."""
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+
+def _check_key(key: str) -> None:
+    if not key or key.startswith("/"):
+        raise ValueError(f"object keys must be non-empty and relative, got {key!r}")
+
+
+def _check_conditions(if_none_match_any: bool, if_match: str | None) -> None:
+    if if_none_match_any and if_match is not None:
+        raise ValueError("if_none_match_any and if_match are mutually exclusive")
+
+
+def _check_expiry(expires_s: int) -> None:
+    if not 1 <= expires_s <= 7 * 24 * 3600:
+        raise ConfigError(f"presigned URL lifetime must be 1 s to 7 days, got {expires_s} s")
+
+
+# ---------------------------------------------------------------------------------------
+# Error translation: the only place that knows botocore's exceptions.
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchUpload"})
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "412", "ConditionalRequestConflict", "409"})
+
+
+def translate_boto_error(exc: BaseException, *, config: S3Config, key: str | None) -> StorageError:
+    """Map a botocore/boto3 exception to the project's StorageError family.
+
+    NoSuchKey/404 → ObjectNotFound; NoSuchBucket → ObjectNotFound naming the bucket;
+    PreconditionFailed/412 and ConditionalRequestConflict/409 → PreconditionFailed;
+    connection failures and timeouts → StorageError("cannot reach S3 endpoint ...");
+    anything else → StorageError with the service's code and message.
+    """
+    where = f"{config.url}/{key}" if key else config.url
+    endpoint = config.endpoint_url or "AWS S3 (default endpoint)"
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        message = error.get("Message", "") or str(exc)
+        if code == "NoSuchBucket":
+            return ObjectNotFound(f"bucket {config.bucket!r} does not exist at {endpoint}")
+        if code in _NOT_FOUND_CODES or status == 404:
+            return ObjectNotFound(f"{where} not found")
+        if code in _PRECONDITION_CODES or status in (409, 412):
+            return PreconditionFailed(f"conditional write to {where} failed: {message}")
+        return StorageError(f"S3 request for {where} failed: {code or status}: {message}")
+    if isinstance(exc, bx.NoCredentialsError | bx.PartialCredentialsError):
+        return StorageError(f"no usable AWS credentials for {config.url}: {exc}")
+    if isinstance(
+        exc,
+        bx.EndpointConnectionError
+        | bx.ConnectTimeoutError
+        | bx.ReadTimeoutError
+        | bx.ConnectionClosedError
+        | bx.ConnectionError
+        | bx.HTTPClientError,
+    ):
+        return StorageError(f"cannot reach S3 endpoint {endpoint} for {where}: {exc}")
+    if isinstance(exc, bx.ProfileNotFound):
+        return StorageError(f"AWS profile not found: {exc}")
+    return StorageError(f"S3 request for {where} failed: {type(exc).__name__}: {exc}")
+
+
+def _is_not_modified(exc: BaseException) -> bool:
+    if not isinstance(exc, ClientError):
+        return False
+    code = exc.response.get("Error", {}).get("Code")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code in ("304", "NotModified") or status == 304
+
+
+def _is_transient(err: StorageError) -> bool:
+    return not isinstance(err, ObjectNotFound | PreconditionFailed)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _atomic_write(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``chunks`` to ``path`` atomically; StorageError when the disk refuses."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, chunks)
+    except OSError as exc:
+        if isinstance(exc, BotoCoreError):  # some botocore timeouts are also OSErrors
+            raise
+        raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _read_parts(path: Path, part_size: int) -> Iterator[bytes]:
+    """Yield the file's bytes in ``part_size`` pieces; StorageError when it cannot be read."""
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(part_size):
+                yield chunk
+    except OSError as exc:
+        raise StorageError(f"cannot read {path} for upload: {exc.strerror or exc}") from exc
+
+
+class S3ObjectStore:
+    """:class:`ObjectStore` over boto3, for AWS S3 and S3-compatible stores.
+
+    One boto3 client is shared by all threads (boto3 clients are thread-safe). Requests
+    time out and retry within bounds set by :class:`S3Config`, so an unreachable endpoint
+    fails with StorageError in bounded time instead of hanging.
+    """
+
+    def __init__(self, config: S3Config) -> None:
+        self.config = config
+        client_config = Config(
+            connect_timeout=config.connect_timeout_s,
+            read_timeout=config.read_timeout_s,
+            retries={"max_attempts": config.max_attempts, "mode": "standard"},
+            max_pool_connections=config.max_pool_connections,
+            s3={"addressing_style": "path" if config.endpoint_url else "auto"},
+            signature_version="s3v4",
+            request_checksum_calculation=(
+                "when_supported" if config.checksum_sha256 else "when_required"
+            ),
+            response_checksum_validation=(
+                "when_supported" if config.checksum_sha256 else "when_required"
+            ),
+        )
+        try:
+            session = boto3.session.Session(profile_name=config.profile)
+            self._client: S3Client = session.client(
+                "s3",
+                endpoint_url=config.endpoint_url,
+                region_name=config.region,
+                config=client_config,
+            )
+        except bx.ProfileNotFound as exc:
+            raise ConfigError(f"AWS profile {config.profile!r} not found") from exc
+        except (BotoCoreError, ValueError) as exc:
+            raise ConfigError(f"cannot configure S3 client for {config.url}: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore({self.config.url!r}, endpoint={self.config.endpoint_url!r})"
+
+    @contextlib.contextmanager
+    def _translated(self, key: str | None) -> Iterator[None]:
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            raise translate_boto_error(exc, config=self.config, key=key) from exc
+
+    def _full(self, key: str) -> str:
+        _check_key(key)
+        return f"{self.config.prefix}/{key}" if self.config.prefix else key
+
+    def _relative(self, full_key: str) -> str:
+        prefix = self.config.prefix
+        return full_key[len(prefix) + 1 :] if prefix else full_key
+
+    def _checksum_args(self) -> dict[str, Any]:
+        return {"ChecksumAlgorithm": "SHA256"} if self.config.checksum_sha256 else {}
+
+    def _bucket_exists(self) -> bool:
+        try:
+            self._client.head_bucket(Bucket=self.config.bucket)
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                return False
+            raise
+        return True
+
+    def _head(self, key: str) -> ObjectInfo | None:
+        """HEAD the key; None when it is missing. S3 answers a HEAD with a bare 404 for a
+        missing key and a missing bucket alike, so a 404 costs one HEAD on the bucket."""
+        try:
+            response = self._client.head_object(Bucket=self.config.bucket, Key=self._full(key))
+        except (BotoCoreError, ClientError) as exc:
+            err = translate_boto_error(exc, config=self.config, key=key)
+            if not isinstance(err, ObjectNotFound):
+                raise err from exc
+            with self._translated(key):
+                if self._bucket_exists():
+                    return None
+            raise ObjectNotFound(
+                f"bucket {self.config.bucket!r} does not exist at "
+                f"{self.config.endpoint_url or 'AWS S3'}"
+            ) from exc
+        return ObjectInfo(size=response["ContentLength"], etag=response["ETag"])
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        """See :meth:`ObjectStore.get`."""
+        args: dict[str, Any] = {"Bucket": self.config.bucket, "Key": self._full(key)}
+        if if_none_match is not None:
+            args["IfNoneMatch"] = if_none_match
+        try:
+            response = self._client.get_object(**args)
+            with contextlib.closing(response["Body"]) as body:
+                data = body.read()
+        except (BotoCoreError, ClientError) as exc:
+            if _is_not_modified(exc):
+                return None
+            raise translate_boto_error(exc, config=self.config, key=key) from exc
+        return StoredObject(data=data, etag=response["ETag"])
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match_any: bool = False,
+        if_match: str | None = None,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+    ) -> str:
+        """See :meth:`ObjectStore.put`."""
+        _check_conditions(if_none_match_any, if_match)
+        args: dict[str, Any] = {
+            "Bucket": self.config.bucket,
+            "Key": self._full(key),
+            "Body": data,
+            "ContentType": content_type,
+            **self._checksum_args(),
+        }
+        if if_none_match_any:
+            args["IfNoneMatch"] = "*"
+        if if_match is not None:
+            args["IfMatch"] = if_match
+        with self._translated(key):
+            return self._client.put_object(**args)["ETag"]
+
+    def upload_file(
+        self, key: str, path: Path, *, progress: Callable[[int], None] | None = None
+    ) -> str:
+        """See :meth:`ObjectStore.upload_file`. Parts are sent one at a time, in order."""
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise StorageError(f"cannot read {path} for upload: {exc.strerror or exc}") from exc
+        if size <= self.config.part_size:
+            data = b"".join(_read_parts(path, self.config.part_size))
+            etag = self.put(key, data)
+            if progress is not None:
+                progress(len(data))
+            return etag
+        part_size = max(self.config.part_size, -(-size // MAX_PARTS))
+        full = self._full(key)
+        bucket = self.config.bucket
+        with self._translated(key):
+            upload_id = self._client.create_multipart_upload(
+                Bucket=bucket, Key=full, **self._checksum_args()
+            )["UploadId"]
+        try:
+            parts: builtins.list[CompletedPartTypeDef] = []
+            for number, chunk in enumerate(_read_parts(path, part_size), start=1):
+                parts.append(self._upload_part(key, upload_id, number, chunk))
+                if progress is not None:
+                    progress(len(chunk))
+            with self._translated(key):
+                return self._client.complete_multipart_upload(
+                    Bucket=bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                )["ETag"]
+        except BaseException:
+            self._abort(full, upload_id)
+            raise
+
+    def _upload_part(
+        self, key: str, upload_id: str, number: int, chunk: bytes
+    ) -> CompletedPartTypeDef:
+        """Upload one part, retrying transient failures up to ``part_attempts`` times."""
+        attempt = 1
+        while True:
+            try:
+                with self._translated(key):
+                    response = self._client.upload_part(
+                        Bucket=self.config.bucket,
+                        Key=self._full(key),
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=chunk,
+                        **self._checksum_args(),
+                    )
+            except StorageError as err:
+                if attempt >= self.config.part_attempts or not _is_transient(err):
+                    raise
+                time.sleep(min(0.5 * 2 ** (attempt - 1), 5.0))
+                attempt += 1
+                continue
+            part: CompletedPartTypeDef = {"PartNumber": number, "ETag": response["ETag"]}
+            if "ChecksumSHA256" in response:
+                part["ChecksumSHA256"] = response["ChecksumSHA256"]
+            return part
+
+    def _abort(self, full_key: str, upload_id: str) -> None:
+        """Abort a multipart upload, best effort: the original exception matters more."""
+        with contextlib.suppress(BotoCoreError, ClientError):
+            self._client.abort_multipart_upload(
+                Bucket=self.config.bucket, Key=full_key, UploadId=upload_id
+            )
+
+    def download_file(self, key: str, path: Path) -> None:
+        """See :meth:`ObjectStore.download_file`."""
+        with self._translated(key):
+            response = self._client.get_object(Bucket=self.config.bucket, Key=self._full(key))
+            with contextlib.closing(response["Body"]) as body:
+                _atomic_write(path, iter(lambda: body.read(_COPY_CHUNK), b""))
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """See :meth:`ObjectStore.delete`. Sent in batches of 1000 keys."""
+        full = [self._full(k) for k in keys]
+        for start in range(0, len(full), _DELETE_BATCH):
+            batch = full[start : start + _DELETE_BATCH]
+            with self._translated(None):
+                response = self._client.delete_objects(
+                    Bucket=self.config.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+            errors = [e for e in response.get("Errors", []) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                raise StorageError(
+                    f"could not delete {len(errors)} object(s) from {self.config.url}, "
+                    f"first {first.get('Key')!r}: {first.get('Code')}: {first.get('Message')}"
+                )
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        """See :meth:`ObjectStore.list`."""
+        base = self.config.prefix + "/" if self.config.prefix else ""
+        keys: builtins.list[str] = []
+        with self._translated(prefix or None):
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.config.bucket, Prefix=base + prefix):
+                keys.extend(self._relative(obj["Key"]) for obj in page.get("Contents", []))
+        return sorted(keys)
+
+    def exists(self, key: str) -> bool:
+        """See :meth:`ObjectStore.exists`."""
+        return self._head(key) is not None
+
+    def head(self, key: str) -> ObjectInfo:
+        """See :meth:`ObjectStore.head`."""
+        info = self._head(key)
+        if info is None:
+            raise ObjectNotFound(f"{self.config.url}/{key} not found")
+        return info
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """See :meth:`ObjectStore.presigned_get_url`. Signed locally; no request is made."""
+        _check_expiry(expires_s)
+        with self._translated(key):
+            return self._client.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": self.config.bucket, "Key": self._full(key)},
+                ExpiresIn=expires_s,
+            )
+
+    def public_url(self, key: str) -> str | None:
+        """See :meth:`ObjectStore.public_url`: ``public_base_url`` + key, or None."""
+        _check_key(key)
+        if self.config.public_base_url is None:
+            return None
+        return f"{self.config.public_base_url.rstrip('/')}/{urllib.parse.quote(key)}"
+
+
+def _md5_etag(data: bytes) -> str:
+    return f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
+
+
+class MemoryObjectStore:
+    """:class:`ObjectStore` in a dict, for fast tests. Same conditions and errors as S3.
+
+    ETags are the quoted MD5 hex of the bytes (what S3 gives a single PUT). One lock
+    makes every operation atomic, so compare-and-swap races behave as on S3.
+    """
+
+    def __init__(self, *, part_size: int = DEFAULT_PART_SIZE, public_base_url: str | None = None):
+        self._objects: dict[str, StoredObject] = {}
+        self._lock = threading.Lock()
+        self._part_size = part_size
+        self._public_base_url = public_base_url
+
+    def __repr__(self) -> str:
+        return f"MemoryObjectStore({len(self._objects)} objects)"
+
+    def _lookup(self, key: str) -> StoredObject:
+        _check_key(key)
+        obj = self._objects.get(key)
+        if obj is None:
+            raise ObjectNotFound(f"memory://{key} not found")
+        return obj
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        """See :meth:`ObjectStore.get`."""
+        with self._lock:
+            obj = self._lookup(key)
+        if if_none_match is not None and (if_none_match in (obj.etag, "*")):
+            return None
+        return obj
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match_any: bool = False,
+        if_match: str | None = None,
+        content_type: str = DEFAULT_CONTENT_TYPE,
+    ) -> str:
+        """See :meth:`ObjectStore.put`."""
+        _check_key(key)
+        _check_conditions(if_none_match_any, if_match)
+        obj = StoredObject(data=bytes(data), etag=_md5_etag(data))
+        with self._lock:
+            current = self._objects.get(key)
+            if if_none_match_any and current is not None:
+                raise PreconditionFailed(f"conditional write to memory://{key} failed: exists")
+            if if_match is not None:
+                if current is None:
+                    raise ObjectNotFound(f"memory://{key} not found")
+                if current.etag != if_match:
+                    raise PreconditionFailed(
+                        f"conditional write to memory://{key} failed: ETag changed"
+                    )
+            self._objects[key] = obj
+        return obj.etag
+
+    def upload_file(
+        self, key: str, path: Path, *, progress: Callable[[int], None] | None = None
+    ) -> str:
+        """See :meth:`ObjectStore.upload_file`. The object appears only when all parts are read."""
+        _check_key(key)
+        buffer = bytearray()
+        for chunk in _read_parts(path, self._part_size):
+            buffer += chunk
+            if progress is not None:
+                progress(len(chunk))
+        return self.put(key, bytes(buffer))
+
+    def download_file(self, key: str, path: Path) -> None:
+        """See :meth:`ObjectStore.download_file`."""
+        with self._lock:
+            data = self._lookup(key).data
+        _atomic_write(path, [data])
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """See :meth:`ObjectStore.delete`."""
+        for key in keys:
+            _check_key(key)
+        with self._lock:
+            for key in keys:
+                self._objects.pop(key, None)
+
+    def list(self, prefix: str = "") -> builtins.list[str]:
+        """See :meth:`ObjectStore.list`."""
+        with self._lock:
+            return sorted(k for k in self._objects if k.startswith(prefix))
+
+    def exists(self, key: str) -> bool:
+        """See :meth:`ObjectStore.exists`."""
+        _check_key(key)
+        with self._lock:
+            return key in self._objects
+
+    def head(self, key: str) -> ObjectInfo:
+        """See :meth:`ObjectStore.head`."""
+        with self._lock:
+            obj = self._lookup(key)
+        return ObjectInfo(size=len(obj.data), etag=obj.etag)
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """Return a ``memory://`` pseudo-URL; it names the key but cannot be fetched."""
+        _check_expiry(expires_s)
+        with self._lock:
+            self._lookup(key)
+        return f"memory://{urllib.parse.quote(key)}?expires={expires_s}"
+
+    def public_url(self, key: str) -> str | None:
+        """See :meth:`ObjectStore.public_url`."""
+        _check_key(key)
+        if self._public_base_url is None:
+            return None
+        return f"{self._public_base_url.rstrip('/')}/{urllib.parse.quote(key)}"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The README's test command: on a fresh machine, install everything and run every check.
+#
+#   1. system packages the functional tests use (opentracker, aria2), via apt-get when root;
+#   2. a virtual environment (.venv-test, or $BLOOMSWARM_VENV) with the project and its
+#      dev extras installed the way users install it (not editable: the C extension is
+#      built exactly as `pip install .` builds it);
+#   3. ruff, mypy (strict) and pytest.
+#
+# Extra arguments go to pytest, e.g. `scripts/test.sh -k live -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=${BLOOMSWARM_VENV:-.venv-test}
+python=${PYTHON:-python3}
+
+log() { printf '\n== %s\n' "$*"; }
+
+log "system packages"
+missing=()
+command -v opentracker >/dev/null 2>&1 || missing+=(opentracker)
+command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null || echo "warning: apt-get update failed"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+      || echo "warning: could not install ${missing[*]}; tests that need them will say so"
+  else
+    echo "warning: ${missing[*]} missing and not root: tests that need them will say so"
+  fi
+fi
+for tool in opentracker aria2c; do
+  printf '  %-12s %s\n' "$tool" "$(command -v "$tool" || echo 'not installed')"
+done
+
+log "virtual environment $venv"
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q ".[dev,dask,parquet,bench]"
+"$venv/bin/python" -c "from bloomswarm.common.fastpath import EXTENSION; print('  C extension:', 'built' if EXTENSION else 'NOT built (pure-Python path)')"
+
+log "ruff"
+"$venv/bin/ruff" check .
+
+log "mypy"
+# Checks the installed package (the folders are mapped into bloomswarm.*), then the
+# tests and benchmarks against it.
+"$venv/bin/mypy" -p bloomswarm
+"$venv/bin/mypy" tests benchmarks
+
+log "pytest"
+set +e
+"$venv/bin/python" -m pytest "$@"
+status=$?
+set -e
+if [ "$status" = 5 ]; then
+  echo "error: pytest collected no tests" >&2
+fi
+exit "$status"

@@ -1,0 +1,130 @@
+"""Run moto's S3 server as a child process on a free loopback port.
+
+Real HTTP, real boto3 client: the functional tests (and later the demo) talk to it
+exactly as to S3. The server is stopped by its own PID, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+FAKE_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+"""Environment for boto3 clients talking to moto (moto accepts any credentials)."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago on ``host``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class MotoServer:
+    """moto's S3 server (``python -m moto.server``) as a child process on 127.0.0.1.
+
+    ``start()`` returns once the server answers HTTP; ``stop()`` terminates it (then
+    kills it if it does not exit) by PID. Usable as a context manager.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None) -> None:
+        self.host = host
+        self.port = port
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The server's base URL, e.g. "http://127.0.0.1:41234"."""
+        if self.port is None or self._process is None:
+            raise RuntimeError("MotoServer is not running")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The server process id while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def start(self, timeout_s: float = 30.0, attempts: int = 3) -> str:
+        """Start the server and wait until it answers; return its endpoint URL."""
+        if self._process is not None:
+            return self.endpoint
+        fixed_port = self.port is not None
+        last_error = "not started"
+        for _ in range(attempts):
+            port = self.port if fixed_port and self.port is not None else free_port(self.host)
+            fd, log_name = tempfile.mkstemp(prefix="moto-s3-", suffix=".log")
+            self._log = Path(log_name)
+            with os.fdopen(fd, "wb") as log:
+                process = subprocess.Popen(  # the log stays open in the child
+                    [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(port)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                )
+            self._process, self.port = process, port
+            if self._wait_ready(timeout_s):
+                return self.endpoint
+            last_error = self._log.read_text(errors="replace")[-2000:]
+            self.stop()
+            if fixed_port:
+                break
+        raise RuntimeError(f"moto S3 server did not start: {last_error}")
+
+    def _wait_ready(self, timeout_s: float) -> bool:
+        assert self._process is not None and self.port is not None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                return False
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
+                try:
+                    conn.request("GET", "/")
+                    if conn.getresponse().status < 500:
+                        return True
+                finally:
+                    conn.close()
+            time.sleep(0.1)
+        return False
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Terminate the server process (kill it after ``timeout_s``) and remove its log."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout_s)
+        if self._log is not None:
+            with contextlib.suppress(OSError):
+                self._log.unlink()
+            self._log = None
+
+    def __enter__(self) -> MotoServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,433 @@
+"""Manifest and pointer documents: canonical bytes, strict parsing, signatures, object keys."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bloomswarm.common.errors import FormatError, VerificationError
+from bloomswarm.common.header import FilterHeader
+from bloomswarm.common.manifest import (
+    LATEST_KEY,
+    FilterSummary,
+    Manifest,
+    Pointer,
+    canonical_json,
+    encode_signature,
+    filter_key,
+    manifest_key,
+    open_pointer,
+    parse_version_prefix,
+    seal_pointer,
+    sign_manifest,
+    signature_key,
+    torrent_key,
+    verify_manifest,
+    version_prefix,
+)
+from bloomswarm.common.params import FilterParams, Layout
+from bloomswarm.common.signing import (
+    SigningKey,
+    VerifyKey,
+    generate_keypair,
+    load_public_keys,
+    parse_private_key,
+)
+
+
+def _keys() -> tuple[SigningKey, list[VerifyKey]]:
+    private, public = generate_keypair()
+    return parse_private_key(private), load_public_keys([public])
+
+
+SIGNER, PUBLIC = _keys()
+OTHER_SIGNER, OTHER_PUBLIC = _keys()
+
+FILTER = FilterSummary(
+    layout="blocked",
+    num_bits=512 * 1000,
+    num_probes=7,
+    hash_seed=0,
+    key_count=40_000,
+    capacity=50_000,
+    target_fpp=0.01,
+)
+
+
+def make_manifest(**changes: Any) -> Manifest:
+    fields: dict[str, Any] = {
+        "version": 3,
+        "size": 4096 + 64_000,
+        "sha256": "ab" * 32,
+        "info_hash_v1": "cd" * 20,
+        "info_hash_v2": "ef" * 32,
+        "piece_size": 4 * 1024 * 1024,
+        "filter": FILTER,
+        "created_at": 1_700_000_000,
+        "source_fingerprint": "sha256:0123",
+        "publisher_id": "builder-1",
+        "filter_key": filter_key(3),
+        "torrent_key": torrent_key(3),
+    }
+    fields.update(changes)
+    return Manifest(**fields)
+
+
+def make_pointer(**changes: Any) -> Pointer:
+    fields: dict[str, Any] = {
+        "version": 3,
+        "manifest_key": manifest_key(3),
+        "sequence": 5,
+        "issued_at": 1_700_000_100,
+        "publisher_id": "builder-1",
+    }
+    fields.update(changes)
+    return Pointer(**fields)
+
+
+# --- keys -------------------------------------------------------------------------------
+
+
+def test_object_keys() -> None:
+    assert version_prefix(12) == "v12/"
+    assert filter_key(12) == "v12/filter.bsf"
+    assert torrent_key(12) == "v12/filter.torrent"
+    assert manifest_key(12) == "v12/manifest.json"
+    assert signature_key(12) == "v12/manifest.json.sig"
+    assert LATEST_KEY == "latest.json"
+    for bad in (0, -1, True):
+        with pytest.raises(ValueError):
+            version_prefix(bad)
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("v1/", 1), ("v12", 12), ("v10/manifest.json", 10), ("v012/", None), ("v0/", None),
+        ("latest.json", None), ("v/", None), ("v1x/", None), ("x/v1/", None), ("v-1/", None),
+    ],
+)
+def test_parse_version_prefix(key: str, expected: int | None) -> None:
+    assert parse_version_prefix(key) == expected
+
+
+def test_version_listing_sorts_numerically() -> None:
+    keys = [manifest_key(v) for v in (9, 10, 1, 100)]
+    assert sorted(v for k in sorted(keys) if (v := parse_version_prefix(k))) == [1, 9, 10, 100]
+
+
+# --- manifest ---------------------------------------------------------------------------
+
+
+def test_manifest_round_trip_is_canonical() -> None:
+    manifest = make_manifest()
+    data = manifest.to_bytes()
+    assert Manifest.from_bytes(data) == manifest
+    obj = json.loads(data)
+    assert data == json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    assert obj["schema"] == 1 and obj["filter"]["layout"] == "blocked"
+    assert b" " not in data
+
+
+def test_unknown_fields_are_kept_and_round_trip() -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["deltas"] = [{"from": 2, "key": "v3/delta-2.zst", "sha256": "00" * 32}]
+    obj["note"] = "ü"
+    data = canonical_json(obj)
+    manifest = Manifest.from_bytes(data)
+    assert manifest.extra == {"deltas": obj["deltas"], "note": "ü"}
+    assert manifest.to_bytes() == data
+    assert dataclasses.replace(manifest, extra={}) == make_manifest()
+
+
+def test_unknown_schema_is_refused() -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["schema"] = 2
+    obj["something_new"] = {}
+    with pytest.raises(FormatError, match="schema 2"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("version", 0), ("version", "3"), ("version", 3.0), ("version", True), ("size", -1),
+        ("sha256", "AB" * 32), ("sha256", "ab" * 31), ("info_hash_v1", "cd" * 32),
+        ("info_hash_v2", "zz" * 32), ("piece_size", 3 * 1024 * 1024), ("piece_size", 8192),
+        ("created_at", -5), ("publisher_id", ""), ("filter_key", "/abs"),
+        ("torrent_key", "../x"), ("filter", []), ("source_fingerprint", None),
+    ],
+)
+def test_bad_manifest_field_is_format_error(field: str, value: Any) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj[field] = value
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(json.dumps(obj).encode())
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("layout", "xor"), ("num_bits", 513), ("num_probes", 0), ("num_probes", 11),
+        ("hash_seed", 2**32), ("capacity", 0), ("target_fpp", 1.0), ("target_fpp", 0),
+        ("target_fpp", True), ("hash", "xxh3"), ("extra_param", 1),
+    ],
+)
+def test_bad_filter_field_is_format_error(field: str, value: Any) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["filter"][field] = value
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(json.dumps(obj).encode())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"", b"null", b"[]", b"{}", b"\xff\xfe", b'{"schema": 1', b'{"schema":1,"schema":1}',
+        b'{"schema": NaN}', b'{"schema": 1e400}', b"1" * 5000, b"[" * 100_000,
+    ],
+)
+def test_malformed_bytes_are_format_error(data: bytes) -> None:
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(data)
+    with pytest.raises(FormatError):
+        Pointer.from_bytes(data)
+
+
+def test_lone_surrogates_are_format_error() -> None:
+    good = make_manifest().to_bytes()
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(good.replace(b'"builder-1"', b'"\\ud800"'))
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(good[:-1] + b',"x":"\\udfff"}')
+
+
+def test_missing_field_is_named() -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    del obj["sha256"]
+    with pytest.raises(FormatError, match="sha256"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+def test_extra_may_not_shadow_known_fields() -> None:
+    with pytest.raises(FormatError):
+        make_manifest(extra={"version": 4})
+    with pytest.raises(FormatError):
+        make_manifest(extra={"x": float("nan")})
+
+
+def test_header_mismatches() -> None:
+    manifest = make_manifest()
+    header = FilterHeader(
+        params=FilterParams(Layout.BLOCKED, 512 * 1000, 7, 0),
+        key_count=40_000,
+        capacity=50_000,
+        target_fpp=0.01,
+        filter_version=3,
+        created_at=1_700_000_000,
+        body_sha256=bytes(32),
+    )
+    assert manifest.header_mismatches(header) == []
+    assert FilterSummary.from_header(header) == FILTER
+    assert FILTER.to_params() == header.params
+    wrong = dataclasses.replace(header, filter_version=4, key_count=1)
+    problems = manifest.header_mismatches(wrong)
+    assert len(problems) == 2 and "version 4" in problems[0]
+
+
+# --- hypothesis -------------------------------------------------------------------------
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20)
+json_values = st.recursive(
+    json_scalars
+    | st.floats(allow_nan=False, allow_infinity=False),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12,
+)
+extra_names = st.text(min_size=1, max_size=12).filter(
+    lambda s: s not in {f.name for f in dataclasses.fields(Manifest)}
+)
+
+
+def _hex(n: int) -> st.SearchStrategy[str]:
+    return st.text("0123456789abcdef", min_size=n, max_size=n)
+
+
+manifests = st.builds(
+    Manifest,
+    version=st.integers(1, 2**63 - 1),
+    size=st.integers(4096, 2**50),
+    sha256=_hex(64),
+    info_hash_v1=_hex(40),
+    info_hash_v2=_hex(64),
+    piece_size=st.integers(14, 28).map(lambda e: 2**e),
+    filter=st.builds(
+        FilterSummary,
+        layout=st.just("standard"),
+        num_bits=st.integers(1, 2**30).map(lambda n: n * 64),
+        num_probes=st.integers(1, 32),
+        hash_seed=st.integers(0, 2**32 - 1),
+        key_count=st.integers(0, 2**40),
+        capacity=st.integers(1, 2**40),
+        target_fpp=st.floats(min_value=1e-12, max_value=0.999_999, exclude_min=True),
+    ),
+    created_at=st.integers(0, 2**40),
+    source_fingerprint=st.text(max_size=40),
+    publisher_id=st.text(min_size=1, max_size=20),
+    filter_key=st.just("v1/filter.bsf"),
+    torrent_key=st.just("v1/filter.torrent"),
+    extra=st.dictionaries(extra_names, json_values, max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(manifests)
+def test_manifest_round_trips(manifest: Manifest) -> None:
+    data = manifest.to_bytes()
+    again = Manifest.from_bytes(data)
+    assert again == manifest
+    assert again.to_bytes() == data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_only_raise_format_error(data: bytes) -> None:
+    for parse in (Manifest.from_bytes, Pointer.from_bytes):
+        with contextlib.suppress(FormatError):
+            parse(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_random_json_only_raises_format_error(value: Any) -> None:
+    data = json.dumps(value).encode()
+    with pytest.raises(FormatError):
+        Manifest.from_bytes(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(sorted(json.loads(make_manifest().to_bytes()))), json_values)
+def test_one_field_replaced_by_junk_only_raises_format_error(field: str, value: Any) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj[field] = value
+    try:
+        manifest = Manifest.from_bytes(json.dumps(obj).encode())
+    except FormatError:
+        return
+    assert manifest.to_dict()[field] == value
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_byte_flips_only_raise_format_error(data: st.DataObject) -> None:
+    raw = bytearray(make_manifest().to_bytes())
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+    with contextlib.suppress(FormatError):
+        Manifest.from_bytes(bytes(raw))
+
+
+# --- signatures -------------------------------------------------------------------------
+
+
+def test_sign_and_verify_manifest() -> None:
+    data, sig = sign_manifest(make_manifest(), SIGNER)
+    assert sig.endswith(b"\n") and len(base64.b64decode(sig)) == 64
+    assert verify_manifest(data, sig, PUBLIC, expected_version=3) == make_manifest()
+    assert verify_manifest(data, sig, [*OTHER_PUBLIC, *PUBLIC]) == make_manifest()
+
+
+def test_manifest_verification_failures() -> None:
+    data, sig = sign_manifest(make_manifest(), SIGNER)
+    with pytest.raises(VerificationError):
+        verify_manifest(data, sig, OTHER_PUBLIC)
+    with pytest.raises(VerificationError):
+        verify_manifest(data.replace(b'"version":3', b'"version":4'), sig, PUBLIC)
+    with pytest.raises(VerificationError, match="expected 4"):
+        verify_manifest(data, sig, PUBLIC, expected_version=4)
+    with pytest.raises(FormatError):
+        verify_manifest(data, b"not base64!", PUBLIC)
+    with pytest.raises(FormatError):
+        verify_manifest(data, encode_signature(b"short"), PUBLIC)
+    signed_junk, junk_sig = b"{}", encode_signature(SIGNER.key.sign(b"{}"))
+    with pytest.raises(FormatError):
+        verify_manifest(signed_junk, junk_sig, PUBLIC)
+
+
+def test_pointer_round_trip_and_envelope() -> None:
+    pointer = make_pointer(pinned=True, extra={"reason": "rollback"})
+    assert Pointer.from_bytes(pointer.to_bytes()) == pointer
+    sealed = seal_pointer(pointer, SIGNER)
+    envelope = json.loads(sealed)
+    assert set(envelope) == {"key_id", "pointer", "signature"}
+    assert envelope["key_id"] == SIGNER.key_id
+    assert open_pointer(sealed, PUBLIC) == pointer
+
+
+def test_pointer_verification_failures() -> None:
+    sealed = seal_pointer(make_pointer(), SIGNER)
+    with pytest.raises(VerificationError):
+        open_pointer(sealed, OTHER_PUBLIC)
+    envelope = json.loads(sealed)
+    envelope["pointer"]["version"] = 2
+    with pytest.raises(VerificationError):
+        open_pointer(canonical_json(envelope), PUBLIC)
+    envelope = json.loads(sealed)
+    envelope["pointer"]["pinned"] = True
+    with pytest.raises(VerificationError):
+        open_pointer(json.dumps(envelope, indent=2).encode(), PUBLIC)
+
+
+def test_pointer_reformatted_envelope_still_verifies() -> None:
+    """The signature covers the canonical pointer, not the envelope's whitespace."""
+    sealed = seal_pointer(make_pointer(), SIGNER)
+    pretty = json.dumps(json.loads(sealed), indent=2, ensure_ascii=True).encode()
+    assert open_pointer(pretty, PUBLIC) == make_pointer()
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {}, {"pointer": {}, "signature": "!!"}, {"pointer": [], "signature": "AA=="},
+        {"pointer": {"schema": 1}}, {"signature": base64.b64encode(bytes(64)).decode()},
+    ],
+)
+def test_malformed_envelope_is_format_error(envelope: dict[str, Any]) -> None:
+    with pytest.raises(FormatError):
+        open_pointer(canonical_json(envelope), PUBLIC)
+
+
+def test_signed_but_malformed_pointer_is_format_error() -> None:
+    payload = {"schema": 1, "version": 0}
+    envelope = {
+        "pointer": payload,
+        "signature": base64.b64encode(SIGNER.key.sign(canonical_json(payload))).decode(),
+    }
+    with pytest.raises(FormatError):
+        open_pointer(canonical_json(envelope), PUBLIC)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("pinned", 1), ("sequence", 0), ("manifest_key", ""), ("schema", 2), ("issued_at", "now")],
+)
+def test_bad_pointer_field_is_format_error(field: str, value: Any) -> None:
+    obj = make_pointer().to_dict()
+    obj[field] = value
+    with pytest.raises(FormatError):
+        Pointer.from_bytes(json.dumps(obj).encode())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
+def test_open_pointer_fuzz(data: bytes) -> None:
+    with pytest.raises((FormatError, VerificationError)):
+        open_pointer(data, PUBLIC)
