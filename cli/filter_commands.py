@@ -22,10 +22,15 @@ def register(commands: Any) -> None:
     """Add the filter subcommands to the ``commands`` subparsers object."""
     build = commands.add_parser("build", help="build a filter file from keys, one per line")
     build.add_argument("inputs", nargs="+", metavar="INPUT",
-                       help="files, directories or globs of keys (plain, gzip or zstd)")
+                       help="files, directories, globs or s3://bucket/prefix URLs of keys: text "
+                            "(plain, gzip or zstd), CSV or Parquet, detected by content; the S3 "
+                            "endpoint comes from $BLOOMSWARM_S3_ENDPOINT_URL or the AWS settings")
     build.add_argument("-o", "--output", required=True, type=Path, help="filter file to write")
     _add_key_options(build)
     build.add_argument("--csv-column", metavar="NAME", help="read keys from this CSV column")
+    build.add_argument("--parquet-column", metavar="NAME",
+                       help="read keys from this Parquet column (default: a file's only column; "
+                            "needs bloomswarm[parquet])")
     build.add_argument("--expected-keys", type=positive_int, metavar="N",
                        help="size for N keys (default: count the input first)")
     build.add_argument("--fpp", type=fpp_value, default=0.01, help="target false-positive rate (0.01)")
@@ -34,7 +39,7 @@ def register(commands: Any) -> None:
     build.add_argument("--seed", type=seed_value, default=0, help="hash seed, 0..2**32-1")
     build.add_argument("--filter-version", type=positive_int, default=0, metavar="N",
                        help="version number stored in the header")
-    build.add_argument("--engine", choices=["auto", "c", "python"], default="auto")
+    add_build_engine_options(build)
     build.set_defaults(handler=run_build)
 
     inspect = commands.add_parser("inspect", help="print a filter file's header and statistics")
@@ -50,6 +55,16 @@ def register(commands: Any) -> None:
     query.set_defaults(handler=run_query)
 
 
+def add_build_engine_options(parser: argparse.ArgumentParser) -> None:
+    """``--engine local|dask`` and ``--scheduler``: where the build runs."""
+    parser.add_argument("--engine", choices=["local", "dask"], default="local",
+                        help="build in this process (default) or on a Dask cluster")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="Dask scheduler address (default: start a LocalCluster)")
+    parser.add_argument("--workers", type=positive_int, metavar="N",
+                        help="worker processes of that LocalCluster (default: one per CPU)")
+
+
 def _add_key_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key-type", choices=["str", "bytes", "int"], default="str",
                         help="how keys are read: UTF-8 text (default), raw bytes, 64-bit integers")
@@ -58,9 +73,14 @@ def _add_key_options(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     if not args.output.parent.is_dir():
         raise ConfigError(f"output directory does not exist: {args.output.parent}")
-    source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column)
+    if args.engine != "dask" and (args.scheduler or args.workers):
+        raise ConfigError("--scheduler and --workers need --engine dask")
+    source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column,
+                        parquet_column=args.parquet_column)
     spec = BuildSpec(target_fpp=args.fpp, layout=args.layout, hash_seed=args.seed,
-                     expected_keys=args.expected_keys, engine=args.engine, progress=not args.quiet)
+                     expected_keys=args.expected_keys, engine=args.engine,
+                     scheduler=args.scheduler, workers=args.workers or None,
+                     progress=not args.quiet)
     builder = build_filter(source, spec)
     header = builder.write(args.output, version=args.filter_version)
     p = header.params

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from bloomswarm.common.errors import BloomswarmError
 
-from . import filter_commands
+from . import demo, filter_commands, publish_commands
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
     filter_commands.register(commands)
+    publish_commands.register(commands)
+    demo.register(commands)
     return parser
 
 

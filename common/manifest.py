@@ -2,11 +2,20 @@
 
 Object keys (relative to the store's prefix)::
 
-    v{N}/filter.bsf            the filter file
-    v{N}/filter.torrent        its hybrid v1+v2 torrent
-    v{N}/manifest.json         the Manifest, canonical JSON; written last, IfNoneMatch='*'
-    v{N}/manifest.json.sig     detached Ed25519 signature over those exact bytes (base64)
-    latest.json                signed Pointer envelope; moved by compare-and-swap (IfMatch)
+    v{N}/{attempt}/filter.bsf      the filter file, uploaded by one publish attempt
+    v{N}/{attempt}/filter.torrent  its hybrid v1+v2 torrent
+    v{N}/manifest.json             the Manifest, canonical JSON; claims vN (IfNoneMatch='*')
+                                   and names the attempt's two objects
+    v{N}/manifest.json.sig         detached Ed25519 signature over those exact bytes (base64)
+    latest.json                    signed Pointer envelope; moved by compare-and-swap (IfMatch)
+
+The file and torrent live in a folder only one publish attempt writes, because two
+publishers racing for vN both upload before either claims it: under fixed names the
+loser would overwrite the winner's file. The claim (the manifest) decides which attempt
+is vN; a loser's folder is garbage that retention removes. Attempt ids are
+``YYYYmmddTHHMMSSZ-<8 hex>`` (UTC start time, random): the time lets retention tell an
+attempt still uploading from an abandoned one without object timestamps.
+docs/publishing.md gives the whole protocol.
 
 Version folders are plain ``v{N}`` (no zero padding), so a listing sorts "v10" before
 "v9": use :func:`parse_version_prefix` and sort numerically.
@@ -36,8 +45,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import json
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -60,6 +71,10 @@ HASH_NAME = "murmur3_x64_128"
 _MAX_INT = 2**63 - 1
 _HEX = re.compile(r"[0-9a-f]*")
 _VERSION_PREFIX = re.compile(r"v([1-9][0-9]*)(?:/|$)")
+_ATTEMPT = re.compile(r"([0-9]{8}T[0-9]{6}Z)-[0-9a-f]{8}")
+_ATTEMPT_TIME = "%Y%m%dT%H%M%SZ"
+FILTER_FILE_NAME = "filter.bsf"
+"""Name of the filter file inside an attempt folder (and inside its torrent)."""
 
 
 # --- object keys --------------------------------------------------------------------------
@@ -76,14 +91,39 @@ def version_prefix(version: int) -> str:
     return f"v{_check_version(version)}/"
 
 
-def filter_key(version: int) -> str:
-    """Key of the filter file of ``version``."""
-    return version_prefix(version) + "filter.bsf"
+def new_attempt_id(now: float) -> str:
+    """A fresh publish-attempt id for Unix time ``now``: "YYYYmmddTHHMMSSZ-<8 hex>"."""
+    stamp = dt.datetime.fromtimestamp(int(now), dt.timezone.utc).strftime(_ATTEMPT_TIME)
+    return f"{stamp}-{secrets.token_hex(4)}"
 
 
-def torrent_key(version: int) -> str:
-    """Key of the torrent of ``version``."""
-    return version_prefix(version) + "filter.torrent"
+def attempt_started_at(attempt: str) -> int | None:
+    """The Unix time encoded in an attempt id; None when ``attempt`` is not one."""
+    match = _ATTEMPT.fullmatch(attempt)
+    if match is None:
+        return None
+    try:
+        stamp = dt.datetime.strptime(match.group(1), _ATTEMPT_TIME)
+    except ValueError:
+        return None
+    return int(stamp.replace(tzinfo=dt.timezone.utc).timestamp())
+
+
+def attempt_prefix(version: int, attempt: str) -> str:
+    """The folder of one publish attempt for ``version``: "v{N}/{attempt}/"."""
+    if attempt_started_at(attempt) is None:
+        raise ValueError(f"not a publish attempt id: {attempt!r}")
+    return f"{version_prefix(version)}{attempt}/"
+
+
+def filter_key(version: int, attempt: str) -> str:
+    """Key of the filter file uploaded by ``attempt`` for ``version``."""
+    return attempt_prefix(version, attempt) + FILTER_FILE_NAME
+
+
+def torrent_key(version: int, attempt: str) -> str:
+    """Key of the torrent uploaded by ``attempt`` for ``version``."""
+    return attempt_prefix(version, attempt) + "filter.torrent"
 
 
 def manifest_key(version: int) -> str:
@@ -377,6 +417,10 @@ class Manifest:
     """Object key of the filter file, relative to the store prefix."""
     torrent_key: str
     """Object key of the torrent, relative to the store prefix."""
+    body_sha256: str
+    """SHA-256 of the filter's body (the bit array), 64 lower-case hex characters; equal to
+    the header's. Unlike ``sha256`` it does not change with the version number, so the
+    publisher compares it to tell an unchanged filter."""
     schema: int = SCHEMA_VERSION
     """Document schema; only 1 exists."""
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -403,6 +447,7 @@ class Manifest:
         _check_str(self.publisher_id, "manifest publisher_id", nonempty=True)
         _check_key(self.filter_key, "manifest filter_key")
         _check_key(self.torrent_key, "manifest torrent_key")
+        _check_hex(self.body_sha256, 64, "manifest body_sha256")
         object.__setattr__(self, "extra", _check_extra(self.extra, _MANIFEST_FIELDS, "manifest"))
         self.to_bytes()  # FormatError for anything JSON cannot carry exactly
 
@@ -441,6 +486,7 @@ class Manifest:
             publisher_id=r.text("publisher_id"),
             filter_key=r.text("filter_key"),
             torrent_key=r.text("torrent_key"),
+            body_sha256=r.text("body_sha256"),
             extra=r.rest(),
         )
 
@@ -455,6 +501,8 @@ class Manifest:
             problems.append(
                 f"header created_at {header.created_at} != manifest {self.created_at}"
             )
+        if header.body_sha256.hex() != self.body_sha256:
+            problems.append("header body_sha256 differs from the manifest's")
         try:
             summary = FilterSummary.from_header(header)
         except FormatError as exc:
@@ -607,6 +655,17 @@ def seal_pointer(pointer: Pointer, signing_key: SigningKey) -> bytes:
     )
 
 
+def read_pointer_unverified(data: bytes) -> Pointer:
+    """Parse a ``latest.json`` envelope WITHOUT checking its signature.
+
+    For writers (publish, pin) that need the current sequence and version to write the
+    next pointer, whoever signed this one. Never decide what to run from it: agents use
+    :func:`open_pointer`. FormatError when the envelope or pointer is malformed.
+    """
+    envelope = _Fields(_load_object(data, "pointer envelope"), "pointer envelope")
+    return Pointer.from_dict(envelope.mapping("pointer"))
+
+
 def open_pointer(data: bytes, public_keys: Sequence[VerifyKey]) -> Pointer:
     """Verify a ``latest.json`` envelope and return its pointer.
 
@@ -623,18 +682,23 @@ def open_pointer(data: bytes, public_keys: Sequence[VerifyKey]) -> Pointer:
 
 
 __all__ = [
+    "FILTER_FILE_NAME",
     "LATEST_KEY",
     "SCHEMA_VERSION",
     "FilterSummary",
     "Manifest",
     "Pointer",
+    "attempt_prefix",
+    "attempt_started_at",
     "canonical_json",
     "decode_signature",
     "encode_signature",
     "filter_key",
     "manifest_key",
+    "new_attempt_id",
     "open_pointer",
     "parse_version_prefix",
+    "read_pointer_unverified",
     "seal_pointer",
     "sign_manifest",
     "signature_key",

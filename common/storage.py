@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
+import io
 import re
 import threading
 import time
@@ -65,6 +66,18 @@ class ObjectInfo:
 
     size: int
     etag: str
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """A multipart upload that was started and neither completed nor aborted (its parts
+    are billed storage until aborted)."""
+
+    key: str
+    """The object key it would create, relative to the store prefix."""
+    upload_id: str
+    initiated_at: float
+    """When it was started, Unix seconds (the store's clock)."""
 
 
 @runtime_checkable
@@ -133,6 +146,17 @@ class ObjectStore(Protocol):
 
     def presigned_get_url(self, key: str, expires_s: int) -> str:
         """Return a URL that lets anyone GET the object for ``expires_s`` seconds."""
+        ...
+
+    def list_multipart_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
+        """Return the unfinished multipart uploads of keys starting with ``prefix``.
+
+        A process killed during :meth:`upload_file` (SIGKILL cannot be caught) leaves one.
+        """
+        ...
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Abort an unfinished multipart upload; one that no longer exists is ignored."""
         ...
 
     def public_url(self, key: str) -> str | None:
@@ -570,12 +594,123 @@ class S3ObjectStore:
                 ExpiresIn=expires_s,
             )
 
+    def list_multipart_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
+        """See :meth:`ObjectStore.list_multipart_uploads`."""
+        base = self.config.prefix + "/" if self.config.prefix else ""
+        uploads: builtins.list[PendingUpload] = []
+        with self._translated(prefix or None):
+            paginator = self._client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.config.bucket, Prefix=base + prefix):
+                uploads.extend(
+                    PendingUpload(
+                        key=self._relative(upload["Key"]),
+                        upload_id=upload["UploadId"],
+                        initiated_at=upload["Initiated"].timestamp(),
+                    )
+                    for upload in page.get("Uploads", [])
+                )
+        return uploads
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """See :meth:`ObjectStore.abort_multipart_upload`."""
+        try:
+            self._client.abort_multipart_upload(
+                Bucket=self.config.bucket, Key=self._full(key), UploadId=upload_id
+            )
+        except (BotoCoreError, ClientError) as exc:
+            if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") == "NoSuchUpload":
+                return
+            raise translate_boto_error(exc, config=self.config, key=key) from exc
+
     def public_url(self, key: str) -> str | None:
         """See :meth:`ObjectStore.public_url`: ``public_base_url`` + key, or None."""
         _check_key(key)
         if self.config.public_base_url is None:
             return None
         return f"{self.config.public_base_url.rstrip('/')}/{urllib.parse.quote(key)}"
+
+    def open_stream(self, key: str, *, start: int = 0, end: int | None = None) -> io.BufferedReader:
+        """Open bytes ``[start, end)`` of the object (``end`` None: to its end) for streaming.
+
+        Returns a forward-only, buffered binary stream; the caller closes it. The first GET
+        is made here, so a missing key or bucket raises ObjectNotFound at once. A read that
+        fails half-way is resumed where it stopped with a ranged GET pinned to the first
+        response's ETag (the object cannot change under the reader), at most
+        ``part_attempts`` times in a row; then StorageError. ``start`` must be 0 or below
+        the object's size (S3 refuses a range that starts past the end).
+        """
+        if start < 0 or (end is not None and end <= start):
+            raise ValueError(f"invalid byte range [{start}, {end})")
+        return io.BufferedReader(_S3ReadStream(self, key, start, end), buffer_size=1 * MIB)
+
+    def _get_range(
+        self, key: str, start: int, end: int | None, if_match: str | None
+    ) -> tuple[Any, str]:
+        """GET ``[start, end)`` of the object; return (streaming body, ETag)."""
+        args: dict[str, Any] = {"Bucket": self.config.bucket, "Key": self._full(key)}
+        if start > 0 or end is not None:
+            args["Range"] = f"bytes={start}-{'' if end is None else end - 1}"
+        if if_match is not None:
+            args["IfMatch"] = if_match
+        with self._translated(key):
+            response = self._client.get_object(**args)
+        return response["Body"], response["ETag"]
+
+
+class _S3ReadStream(io.RawIOBase):
+    """A raw stream over one object's byte range that resumes after failed reads.
+
+    Used through :meth:`S3ObjectStore.open_stream`; every botocore error is translated.
+    """
+
+    def __init__(self, store: S3ObjectStore, key: str, start: int, end: int | None) -> None:
+        super().__init__()
+        self._store = store
+        self._key = key
+        self._pos = start
+        self._end = end
+        self._body, self._etag = store._get_range(key, start, end, None)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        want = len(buffer)
+        if self._end is not None:
+            want = min(want, self._end - self._pos)
+        if want <= 0:
+            return 0
+        failures = 0
+        while True:
+            try:
+                data = self._body.read(want)
+                break
+            except (BotoCoreError, ClientError) as exc:
+                err = translate_boto_error(exc, config=self._store.config, key=self._key)
+                failures += 1
+                if failures >= self._store.config.part_attempts or not _is_transient(err):
+                    raise err from exc
+            time.sleep(min(0.5 * 2 ** (failures - 1), 5.0))
+            self._reopen()
+        buffer[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def _reopen(self) -> None:
+        with contextlib.suppress(Exception):
+            self._body.close()
+        try:
+            self._body, _ = self._store._get_range(self._key, self._pos, self._end, self._etag)
+        except PreconditionFailed as exc:
+            raise StorageError(
+                f"{self._store.config.url}/{self._key} changed while it was being read"
+            ) from exc
+
+    def close(self) -> None:
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self._body.close()
+        super().close()
 
 
 def _md5_etag(data: bytes) -> str:
@@ -689,6 +824,14 @@ class MemoryObjectStore:
         with self._lock:
             self._lookup(key)
         return f"memory://{urllib.parse.quote(key)}?expires={expires_s}"
+
+    def list_multipart_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
+        """None ever: :meth:`upload_file` here is atomic."""
+        return []
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Nothing to abort: :meth:`upload_file` here is atomic."""
+        _check_key(key)
 
     def public_url(self, key: str) -> str | None:
         """See :meth:`ObjectStore.public_url`."""

@@ -1,36 +1,74 @@
-"""Reading the full data set: keys from plain, gzip or zstd text files and CSV columns.
+"""Reading the full data set: keys from text, CSV and Parquet inputs, local or on S3.
 
-A source is a file, a directory (every regular file in it, sorted) or a glob. Lines are
-keys: the line ending (``\\n`` or ``\\r\\n``) is stripped and blank lines are skipped. The
-compression is detected from the file's first bytes, not its name. Memory stays bounded:
-keys are streamed, never collected.
+A source is a list of patterns: files, directories (every regular file in it, sorted),
+globs, and ``s3://bucket/prefix`` URLs (every object under the prefix, sorted; see
+:mod:`.source_inputs`). Each input's format is detected from its first bytes, never its
+name:
+
+- ``PAR1``: Parquet; keys are one column's values (:mod:`.source_parquet`);
+- gzip or zstd magic: compressed text, decompressed on the fly;
+- anything else: plain text.
+
+Text is read as one key per line (line endings stripped, blank lines skipped), or as one
+CSV column chosen by header name (:mod:`.source_text`). Memory stays bounded: inputs are
+streamed in blocks and converted in batches, never collected.
+
+The unit of reading is a :class:`Partition`: a whole input, a byte range of an
+uncompressed, non-CSV text input, or some row groups of a Parquet input. The local build
+reads whole inputs in order; the distributed build (:mod:`.distributed`) plans smaller
+partitions and reads them on Dask workers. Either way every key is read exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
-import glob
-import gzip
-import io
-import os
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO
 
 import zstandard
 
 from bloomswarm.common.errors import InputError
-from bloomswarm.common.keys import INT64_MAX, INT64_MIN, Key
+from bloomswarm.common.keys import Key
+from bloomswarm.common.storage import S3Config
 
-KeyType = Literal["str", "bytes", "int"]
-"""How each line becomes a key: UTF-8 text, raw bytes, or a decimal 64-bit integer."""
+from .source_inputs import (
+    InputRef,
+    LocalInput,
+    S3Input,
+    expand_paths,
+    open_raw,
+    open_seekable,
+    resolve_inputs,
+    sniff,
+)
+from .source_keys import KeyBatch, KeyType, batch_keys, convert_fields, convert_key
+from .source_parquet import PARQUET_MAGIC, ParquetInput
+from .source_text import csv_batches, decompressing, line_batches, range_chunks, read_chunks
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-_INTEGER = re.compile(rb"-?[0-9]+")
-"""A decimal integer key: an optional minus sign and digits, nothing else."""
+__all__ = [
+    "InputRef",
+    "KeyBatch",
+    "KeyType",
+    "LocalInput",
+    "Partition",
+    "S3Input",
+    "SourceSpec",
+    "convert_fields",
+    "convert_key",
+    "expand_paths",
+    "iter_key_batches",
+    "iter_keys",
+    "iter_partition_batches",
+    "open_decompressed",
+    "parquet_row_group_sizes",
+    "resolve_inputs",
+]
+
+_READ_ERRORS = (OSError, EOFError, UnicodeDecodeError, csv.Error, zstandard.ZstdError)
+"""Failures of a stream half-way through; reported as InputError naming the input."""
 
 
 @dataclass(frozen=True)
@@ -38,148 +76,102 @@ class SourceSpec:
     """What to read and how to turn it into keys."""
 
     paths: Sequence[str]
-    """Files, directories or glob patterns."""
+    """Files, directories, glob patterns or ``s3://bucket/prefix`` URLs."""
     key_type: KeyType = "str"
     csv_column: str | None = None
-    """Read this CSV column (by header name) instead of whole lines."""
+    """Read this CSV column (by header name) of text inputs instead of whole lines."""
+    parquet_column: str | None = None
+    """Read this column of Parquet inputs (None: a Parquet file's only column). When it is
+    set and ``csv_column`` is not, a text input is an error rather than read as lines."""
+    s3_config: S3Config | None = None
+    """Endpoint, region, profile and timeouts for ``s3://`` inputs (bucket and prefix come
+    from each URL); None: ``$BLOOMSWARM_S3_ENDPOINT_URL`` or boto3's own settings."""
 
 
-def expand_paths(patterns: Sequence[str]) -> list[Path]:
-    """Resolve files, directories and globs to a sorted list of files; InputError if none."""
-    files: list[Path] = []
-    for pattern in patterns:
-        if glob.has_magic(pattern):
-            matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
-            files.extend(p for p in matches if p.is_file())
-            if not matches:
-                raise InputError(f"no files match {pattern}")
-        elif os.path.isdir(pattern):
-            files.extend(sorted(p for p in Path(pattern).iterdir() if p.is_file()))
-        elif os.path.exists(pattern):
-            files.append(Path(pattern))
-        else:
-            raise InputError(f"input not found: {pattern}")
-    if not files:
-        raise InputError(f"no input files in {', '.join(patterns)}")
-    return files
+@dataclass(frozen=True)
+class Partition:
+    """A piece of the input read by one task: a whole input, the lines starting in byte
+    range ``[start, end)`` of an uncompressed text input, or some row groups of a
+    Parquet input."""
+
+    source: InputRef
+    byte_range: tuple[int, int] | None = None
+    row_groups: tuple[int, ...] | None = None
+
+    def __str__(self) -> str:
+        if self.byte_range is not None:
+            return f"{self.source}[bytes {self.byte_range[0]}-{self.byte_range[1]}]"
+        if self.row_groups is not None:
+            return f"{self.source}[row groups {self.row_groups[0]}-{self.row_groups[-1]}]"
+        return str(self.source)
 
 
-def open_decompressed(path: Path) -> BinaryIO:
-    """Open ``path`` for binary reading, decompressing gzip or zstd transparently."""
-    try:
-        raw = open(path, "rb")  # noqa: SIM115 - returned to the caller, who closes it
-    except OSError as exc:
-        raise InputError(f"cannot open {path}: {exc.strerror or exc}") from exc
-    magic = raw.read(4)
-    raw.seek(0)
-    if magic.startswith(_GZIP_MAGIC):
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
-    if magic == _ZSTD_MAGIC:
-        return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
-    return raw
-
-
-class _ZstdFrames(io.RawIOBase):
-    """A readable stream of zstd frames that raises on truncation.
-
-    zstandard's own ``stream_reader`` ends quietly at a cut in the middle of a frame,
-    which would lose every key after the cut; this reader raises ZstdError instead.
-    """
-
-    _CHUNK = 1 << 20
-
-    def __init__(self, raw: BinaryIO) -> None:
-        self._raw = raw
-        self._decompressor = zstandard.ZstdDecompressor()
-        self._frame = self._decompressor.decompressobj()
-        self._in_frame = False
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        while not self._pending:
-            chunk = self._raw.read(self._CHUNK)
-            if not chunk:
-                if self._in_frame:
-                    raise zstandard.ZstdError("truncated zstd data: the last frame never ends")
-                return 0
-            self._pending = self._feed(chunk)
-        size = min(len(buffer), len(self._pending))
-        buffer[:size] = self._pending[:size]
-        self._pending = self._pending[size:]
-        return size
-
-    def _feed(self, chunk: bytes) -> bytes:
-        out = []
-        while chunk:
-            self._in_frame = True
-            out.append(self._frame.decompress(chunk))
-            if not self._frame.eof:
-                break
-            self._in_frame = False
-            chunk = self._frame.unused_data
-            self._frame = self._decompressor.decompressobj()
-        return b"".join(out)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
+def iter_key_batches(spec: SourceSpec) -> Iterator[KeyBatch]:
+    """Yield every key of every input, in order, as batches ready to insert (see
+    :data:`~.source_keys.KeyBatch`). InputError on unreadable input."""
+    for ref in resolve_inputs(spec.paths, spec.s3_config):
+        yield from iter_partition_batches(Partition(ref), spec)
 
 
 def iter_keys(spec: SourceSpec) -> Iterator[Key]:
-    """Yield every key of every input file, in order. InputError on unreadable input."""
-    for path in expand_paths(spec.paths):
-        yield from _keys_of_file(path, spec)
+    """Yield every key of every input, in order, as str, bytes or int per ``spec.key_type``."""
+    for batch in iter_key_batches(spec):
+        yield from batch_keys(batch, spec.key_type)
 
 
-def _keys_of_file(path: Path, spec: SourceSpec) -> Iterator[Key]:
+def iter_partition_batches(part: Partition, spec: SourceSpec) -> Iterator[KeyBatch]:
+    """Yield the key batches of one partition. Errors name the input (and the range);
+    line numbers of a byte range count from the range's first line."""
+    where = str(part)
     try:
-        with open_decompressed(path) as stream:
-            if spec.csv_column is not None:
-                yield from _csv_keys(stream, path, spec)
-            else:
-                yield from _line_keys(stream, path, spec.key_type)
-    except (OSError, EOFError, UnicodeDecodeError, csv.Error, zstandard.ZstdError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from exc
+        if part.byte_range is not None:
+            yield from _range_batches(part.source, part.byte_range, spec.key_type, where)
+        else:
+            yield from _input_batches(part, spec, where)
+    except _READ_ERRORS as exc:
+        raise InputError(f"cannot read {where}: {exc}") from exc
 
 
-def _line_keys(stream: BinaryIO, path: Path, key_type: KeyType) -> Iterator[Key]:
-    for line_no, line in enumerate(stream, 1):
-        raw = line.rstrip(b"\r\n")
-        if not raw:
-            continue
-        yield convert_key(raw, key_type, path, line_no)
+def open_decompressed(path: Path) -> BinaryIO:
+    """Open a local file for binary reading, decompressing gzip or zstd transparently."""
+    magic, stream = sniff(open_raw(LocalInput(path)))
+    return decompressing(stream, magic)
 
 
-def _csv_keys(stream: BinaryIO, path: Path, spec: SourceSpec) -> Iterator[Key]:
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    reader = csv.reader(text)
-    header = next(reader, None)
-    if header is None:
-        return
-    if spec.csv_column not in header:
-        raise InputError(f"{path}: no column {spec.csv_column!r}; columns are {', '.join(header)}")
-    index = header.index(spec.csv_column)
-    for row_no, row in enumerate(reader, 2):
-        if index >= len(row) or row[index] == "":
-            continue
-        yield convert_key(row[index].encode("utf-8"), spec.key_type, path, row_no)
+def _range_batches(
+    ref: InputRef, byte_range: tuple[int, int], key_type: KeyType, where: str
+) -> Iterator[KeyBatch]:
+    start, end = byte_range
+    with open_raw(ref, max(start - 1, 0)) as raw:
+        yield from line_batches(range_chunks(read_chunks(raw), start, end), key_type, where)
 
 
-def convert_key(raw: bytes, key_type: KeyType, path: Path | str, line_no: int) -> Key:
-    """Turn one raw field into a key of ``key_type``; InputError naming file and line."""
-    if key_type == "bytes":
-        return raw
-    if key_type == "str":
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise InputError(f"{path}:{line_no}: not valid UTF-8 (use --key-type bytes)") from None
-    if not _INTEGER.fullmatch(raw):
-        raise InputError(f"{path}:{line_no}: not an integer: {raw[:40]!r}")
-    value = int(raw)
-    if not INT64_MIN <= value <= INT64_MAX:
-        raise InputError(f"{path}:{line_no}: integer {value} outside the 64-bit signed range")
-    return value
+def _input_batches(part: Partition, spec: SourceSpec, where: str) -> Iterator[KeyBatch]:
+    with contextlib.ExitStack() as stack:
+        magic, stream = sniff(open_raw(part.source))
+        stack.callback(stream.close)
+        if magic == PARQUET_MAGIC:
+            if not stream.seekable():
+                stream.close()
+                stream = open_seekable(part.source)
+                stack.callback(stream.close)
+            parquet = ParquetInput(stream, spec.parquet_column, spec.key_type, where)
+            yield from parquet.batches(part.row_groups)
+            return
+        if spec.parquet_column is not None and spec.csv_column is None:
+            raise InputError(
+                f"{where} is not a Parquet file (it does not start with PAR1); "
+                "--parquet-column reads Parquet inputs only"
+            )
+        text = stack.enter_context(decompressing(stream, magic))
+        if spec.csv_column is not None:
+            yield from csv_batches(text, spec.csv_column, spec.key_type, where)
+        else:
+            yield from line_batches(read_chunks(text), spec.key_type, where)
+
+
+def parquet_row_group_sizes(ref: InputRef, spec: SourceSpec) -> list[int]:
+    """The byte size of each row group of a Parquet input (for planning partitions);
+    InputError, as reading would raise, for a bad column or file."""
+    with ParquetInput(open_seekable(ref), spec.parquet_column, spec.key_type, str(ref)) as parquet:
+        return parquet.row_group_sizes()

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:  # --import-mode=importlib does not add the rootdir
-    sys.path.insert(0, _ROOT)
-
-from bloomswarm.common.storage import S3Config  # noqa: E402
-from tests.functional.s3server import FAKE_CREDENTIALS, MotoServer  # noqa: E402
+from bloomswarm.common.storage import S3Config
+from tests.functional.s3server import FAKE_CREDENTIALS, MotoServer
 
 _LOOPBACK = "127.0.0.1,localhost"
 

@@ -8,6 +8,7 @@ bounds. And whatever was inserted is found: no false negatives, ever.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,14 +104,14 @@ def test_numpy_murmur_equals_mmh3(values: list[int], seed: int) -> None:
 def test_answers_agree_and_no_false_negatives(
     engine: str,
     params: FilterParams,
-    keys: list[object],
-    probes: list[object],
+    keys: list[Any],
+    probes: list[Any],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     from bloomswarm.common import Filter
 
     builder = FilterBuilder(params, engine=engine)  # type: ignore[arg-type]
-    builder.add_many(keys)  # type: ignore[arg-type]
+    builder.add_many(keys)
     path = tmp_path_factory.mktemp("eq") / "f.bsf"
     builder.write(path)
     reference = reference_body(params, keys)
@@ -118,10 +119,10 @@ def test_answers_agree_and_no_false_negatives(
     ref_bits.frombytes(reference)
     with Filter.open(path, engine=engine) as f:  # type: ignore[arg-type]
         assert all(key in f for key in keys)  # no false negatives
-        assert f.contains_many(keys).all()  # type: ignore[arg-type]
-        expected = [all(ref_bits[i] for i in bit_indexes(p, params)) for p in probes]  # type: ignore[arg-type]
+        assert f.contains_many(keys).all()
+        expected = [all(ref_bits[i] for i in bit_indexes(p, params)) for p in probes]
         assert [p in f for p in probes] == expected
-        assert f.contains_many(probes).tolist() == expected  # type: ignore[arg-type]
+        assert f.contains_many(probes).tolist() == expected
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -163,6 +164,6 @@ def test_bad_keys_raise_the_same_error_on_every_path(
     builder.write(path)
     with Filter.open(path, engine=engine) as f:  # type: ignore[arg-type]
         with pytest.raises(error):
-            _ = key in f
+            _ = key in f  # type: ignore[operator]
         with pytest.raises(error):
             f.contains_many([b"ok", key])  # type: ignore[list-item]

@@ -10,7 +10,6 @@ import gc
 import logging
 import multiprocessing
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,17 +20,13 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-_ROOT = str(Path(__file__).resolve().parents[2])
-if _ROOT not in sys.path:  # the spawn child imports this module as tests.unit.test_live
-    sys.path.insert(0, _ROOT)
-
-from bloomswarm.common.builder import FilterBuilder  # noqa: E402
-from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir  # noqa: E402
-from bloomswarm.common.errors import NotReadyError  # noqa: E402
-from bloomswarm.common.fastpath import EXTENSION  # noqa: E402
-from bloomswarm.common.header import HEADER_SIZE  # noqa: E402
-from bloomswarm.common.live import LiveFilter  # noqa: E402
-from bloomswarm.common.reader import Filter  # noqa: E402
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from bloomswarm.common.errors import NotReadyError
+from bloomswarm.common.fastpath import EXTENSION
+from bloomswarm.common.header import HEADER_SIZE
+from bloomswarm.common.live import LiveFilter
+from bloomswarm.common.reader import Filter
 
 ENGINES = [
     "python",

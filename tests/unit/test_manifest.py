@@ -19,12 +19,16 @@ from bloomswarm.common.manifest import (
     FilterSummary,
     Manifest,
     Pointer,
+    attempt_prefix,
+    attempt_started_at,
     canonical_json,
     encode_signature,
     filter_key,
     manifest_key,
+    new_attempt_id,
     open_pointer,
     parse_version_prefix,
+    read_pointer_unverified,
     seal_pointer,
     sign_manifest,
     signature_key,
@@ -48,6 +52,7 @@ def _keys() -> tuple[SigningKey, list[VerifyKey]]:
 
 
 SIGNER, PUBLIC = _keys()
+ATTEMPT = "20231114T221320Z-0a1b2c3d"
 OTHER_SIGNER, OTHER_PUBLIC = _keys()
 
 FILTER = FilterSummary(
@@ -73,8 +78,9 @@ def make_manifest(**changes: Any) -> Manifest:
         "created_at": 1_700_000_000,
         "source_fingerprint": "sha256:0123",
         "publisher_id": "builder-1",
-        "filter_key": filter_key(3),
-        "torrent_key": torrent_key(3),
+        "filter_key": filter_key(3, ATTEMPT),
+        "torrent_key": torrent_key(3, ATTEMPT),
+        "body_sha256": "00" * 32,
     }
     fields.update(changes)
     return Manifest(**fields)
@@ -97,14 +103,31 @@ def make_pointer(**changes: Any) -> Pointer:
 
 def test_object_keys() -> None:
     assert version_prefix(12) == "v12/"
-    assert filter_key(12) == "v12/filter.bsf"
-    assert torrent_key(12) == "v12/filter.torrent"
+    assert filter_key(12, ATTEMPT) == f"v12/{ATTEMPT}/filter.bsf"
+    assert torrent_key(12, ATTEMPT) == f"v12/{ATTEMPT}/filter.torrent"
     assert manifest_key(12) == "v12/manifest.json"
     assert signature_key(12) == "v12/manifest.json.sig"
     assert LATEST_KEY == "latest.json"
     for bad in (0, -1, True):
         with pytest.raises(ValueError):
             version_prefix(bad)
+    for bad_attempt in ("", "x", "../x", "20231114T221320Z-0a1b2c3d/x", "20231399T221320Z-0a1b2c3d"):
+        with pytest.raises(ValueError):
+            attempt_prefix(1, bad_attempt)
+
+
+def test_attempt_ids_carry_their_start_time() -> None:
+    attempt = new_attempt_id(1_700_000_000.7)
+    assert attempt.startswith("20231114T221320Z-") and attempt_started_at(attempt) == 1_700_000_000
+    assert new_attempt_id(1_700_000_000) != new_attempt_id(1_700_000_000)
+    assert attempt_started_at("manifest.json") is None
+
+
+def test_writers_can_read_a_pointer_signed_by_any_key() -> None:
+    sealed = seal_pointer(make_pointer(), OTHER_SIGNER)
+    assert read_pointer_unverified(sealed) == make_pointer()
+    with pytest.raises(FormatError):
+        read_pointer_unverified(b'{"pointer": 3}')
 
 
 @pytest.mark.parametrize(
@@ -163,6 +186,7 @@ def test_unknown_schema_is_refused() -> None:
         ("info_hash_v2", "zz" * 32), ("piece_size", 3 * 1024 * 1024), ("piece_size", 8192),
         ("created_at", -5), ("publisher_id", ""), ("filter_key", "/abs"),
         ("torrent_key", "../x"), ("filter", []), ("source_fingerprint", None),
+        ("body_sha256", "00" * 31),
     ],
 )
 def test_bad_manifest_field_is_format_error(field: str, value: Any) -> None:
@@ -240,6 +264,8 @@ def test_header_mismatches() -> None:
     wrong = dataclasses.replace(header, filter_version=4, key_count=1)
     problems = manifest.header_mismatches(wrong)
     assert len(problems) == 2 and "version 4" in problems[0]
+    other_body = dataclasses.replace(header, body_sha256=b"\x01" * 32)
+    assert manifest.header_mismatches(other_body) == ["header body_sha256 differs from the manifest's"]
 
 
 # --- hypothesis -------------------------------------------------------------------------
@@ -282,8 +308,9 @@ manifests = st.builds(
     created_at=st.integers(0, 2**40),
     source_fingerprint=st.text(max_size=40),
     publisher_id=st.text(min_size=1, max_size=20),
-    filter_key=st.just("v1/filter.bsf"),
-    torrent_key=st.just("v1/filter.torrent"),
+    filter_key=st.just(f"v1/{ATTEMPT}/filter.bsf"),
+    torrent_key=st.just(f"v1/{ATTEMPT}/filter.torrent"),
+    body_sha256=_hex(64),
     extra=st.dictionaries(extra_names, json_values, max_size=3),
 )
 

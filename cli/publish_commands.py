@@ -1,0 +1,370 @@
+"""Subcommands that publish and manage versions in the bucket: ``publish``, ``keygen``,
+``pin``, ``unpin``, ``versions`` and ``tracker-sync``.
+
+Settings come from ``--config FILE`` (or ``$BLOOMSWARM_CONFIG``), ``BLOOMSWARM_*``
+variables and the flags here, in that order of precedence (see
+:mod:`bloomswarm.publisher.config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.manifest import LATEST_KEY
+from bloomswarm.common.signing import (
+    SigningKey,
+    VerifyKey,
+    load_private_key,
+    load_public_keys,
+    write_keypair,
+)
+from bloomswarm.common.storage import S3ObjectStore
+from bloomswarm.publisher.build import BuildSpec, build_filter
+from bloomswarm.publisher.config import PublisherConfig, load_config
+from bloomswarm.publisher.fingerprint import source_fingerprint
+from bloomswarm.publisher.pinning import pin, unpin
+from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.publisher.retention import apply_retention
+from bloomswarm.publisher.sources import SourceSpec
+from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
+from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
+from bloomswarm.publisher.watch import watch_and_publish
+
+from .arguments import fpp_value, layout_value, positive_int, seed_value
+from .filter_commands import _add_key_options, add_build_engine_options
+
+CONFIG_ENV = "BLOOMSWARM_CONFIG"
+
+
+def register(commands: Any) -> None:
+    """Add the publishing subcommands to the ``commands`` subparsers object."""
+    publish = commands.add_parser(
+        "publish", help="build the filter from the full data and publish it as the next version"
+    )
+    publish.add_argument("inputs", nargs="*", metavar="INPUT",
+                         help="files, directories or globs of keys (default with --watch: DIR)")
+    _add_store_options(publish)
+    _add_signing_key_option(publish)
+    publish.add_argument("--force", action="store_true",
+                         help="publish even when the filter equals the latest version")
+    publish.add_argument("--watch", type=Path, metavar="DIR",
+                         help="keep running and publish again after DIR changes (debounced)")
+    publish.add_argument("--keep", type=positive_int, metavar="K", dest="keep_versions",
+                         help="versions retention keeps (default 5)")
+    _add_key_options(publish)
+    publish.set_defaults(key_type=None)  # None: the configured key type
+    publish.add_argument("--csv-column", metavar="NAME", help="read keys from this CSV column")
+    publish.add_argument("--parquet-column", metavar="NAME",
+                         help="read keys from this Parquet column (pyarrow extra)")
+    publish.add_argument("--expected-keys", type=positive_int, metavar="N",
+                         help="size for N keys (default: count the input first)")
+    publish.add_argument("--fpp", type=fpp_value, help="target false-positive rate (0.01)")
+    publish.add_argument("--layout", type=layout_value, help="blocked (default) or standard")
+    publish.add_argument("--seed", type=seed_value, help="hash seed, 0..2**32-1")
+    add_build_engine_options(publish)
+    publish.set_defaults(handler=run_publish)
+
+    keygen = commands.add_parser("keygen", help="write a new Ed25519 key pair for signing versions")
+    keygen.add_argument("private_key", type=Path, metavar="PRIVATE_KEY",
+                        help="private key file to write (mode 0600)")
+    keygen.add_argument("--public", type=Path, metavar="PUBLIC_KEY",
+                        help="public key file to write (default: PRIVATE_KEY with suffix .pub)")
+    keygen.set_defaults(handler=run_keygen)
+
+    pin_parser = commands.add_parser("pin", help="point the fleet at VERSION and hold it there")
+    pin_parser.add_argument("version", type=int, metavar="VERSION")
+    _add_store_options(pin_parser)
+    _add_signing_key_option(pin_parser)
+    pin_parser.set_defaults(handler=run_pin)
+
+    unpin_parser = commands.add_parser("unpin", help="release a pin: point the fleet at the newest version")
+    _add_store_options(unpin_parser)
+    _add_signing_key_option(unpin_parser)
+    unpin_parser.set_defaults(handler=run_unpin)
+
+    versions = commands.add_parser("versions", help="list the versions in the bucket")
+    _add_store_options(versions)
+    versions.set_defaults(handler=run_versions)
+
+    sync = commands.add_parser(
+        "tracker-sync", help="write opentracker's whitelist from the versions in the bucket"
+    )
+    _add_store_options(sync)
+    sync.add_argument("--whitelist", type=Path, metavar="PATH", help="whitelist file to keep")
+    pid = sync.add_mutually_exclusive_group()
+    pid.add_argument("--pid-file", type=Path, metavar="PATH", help="file with the tracker's PID")
+    pid.add_argument("--tracker-pid", type=int, metavar="PID", help="the tracker's PID")
+    sync.add_argument("--public-key", type=Path, action="append", default=[], metavar="PATH",
+                      help="leave out versions not signed by these keys (repeatable)")
+    sync.add_argument("--watch", action="store_true", help="keep syncing every --interval seconds")
+    sync.add_argument("--interval", type=float, metavar="SECONDS", help="seconds between syncs (30)")
+    sync.set_defaults(handler=run_tracker_sync)
+
+
+def _add_store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, metavar="FILE",
+                        help=f"TOML configuration file (default: ${CONFIG_ENV})")
+    parser.add_argument("--bucket", help="S3 bucket")
+    parser.add_argument("--prefix", help="key prefix inside the bucket")
+    parser.add_argument("--endpoint-url", metavar="URL", help="S3-compatible endpoint (MinIO, ...)")
+    parser.add_argument("--region", help="S3 region")
+    parser.add_argument("--publisher-id", metavar="NAME", help="recorded in manifests (host name)")
+
+
+def _add_signing_key_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key", type=Path, dest="signing_key", metavar="PATH",
+                        help="Ed25519 private key (PEM) that signs manifests and latest.json")
+
+
+_FLAG_SETTINGS = {
+    "bucket": "s3.bucket",
+    "prefix": "s3.prefix",
+    "endpoint_url": "s3.endpoint_url",
+    "region": "s3.region",
+    "publisher_id": "publisher_id",
+    "signing_key": "signing_key",
+    "keep_versions": "keep_versions",
+    "key_type": "build.key_type",
+    "csv_column": "build.csv_column",
+    "parquet_column": "build.parquet_column",
+    "expected_keys": "build.expected_keys",
+    "fpp": "build.fpp",
+    "layout": "build.layout",
+    "seed": "build.seed",
+    "whitelist": "tracker.whitelist",
+    "pid_file": "tracker.pid_file",
+    "interval": "tracker.interval_s",
+}
+"""Flag destination -> dotted setting it overrides."""
+
+
+def load_cli_config(args: argparse.Namespace) -> PublisherConfig:
+    """The configuration: file (``--config`` or $BLOOMSWARM_CONFIG), environment, flags."""
+    path = args.config or (Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None)
+    overrides = {setting: getattr(args, dest, None) for dest, setting in _FLAG_SETTINGS.items()}
+    return load_config(path, environ=os.environ, overrides=overrides)
+
+
+def _signing_key(config: PublisherConfig) -> SigningKey:
+    if config.signing_key is None:
+        raise ConfigError("no signing key: pass --key, set signing_key or BLOOMSWARM_SIGNING_KEY")
+    return load_private_key(config.signing_key)
+
+
+def _trusted_keys(config: PublisherConfig, signing_key: SigningKey | None) -> list[VerifyKey]:
+    keys = [signing_key.public_key()] if signing_key is not None else []
+    if config.accepted_public_keys:
+        keys += load_public_keys(config.accepted_public_keys)
+    return keys
+
+
+def _open_store(config: PublisherConfig) -> S3ObjectStore:
+    """The bucket's store, after one request proving it is reachable and exists."""
+    store = S3ObjectStore(config.s3)
+    store.exists(LATEST_KEY)
+    return store
+
+
+# --- publish ------------------------------------------------------------------------------
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    signing_key = _signing_key(config)
+    inputs = list(args.inputs) or ([str(args.watch)] if args.watch else [])
+    if not inputs:
+        raise ConfigError("nothing to publish: give INPUT files or --watch DIR")
+    if args.engine != "dask" and (args.scheduler or args.workers):
+        raise ConfigError("--scheduler and --workers need --engine dask")
+    store = _open_store(config)
+    build = config.build
+    source = SourceSpec(inputs, key_type=build.key_type, csv_column=build.csv_column,
+                        parquet_column=build.parquet_column)
+    spec = BuildSpec(target_fpp=build.fpp, layout=build.layout, hash_seed=build.seed,
+                     expected_keys=build.expected_keys, engine=args.engine,
+                     scheduler=args.scheduler, workers=args.workers or None,
+                     progress=not args.quiet)
+
+    def publish_once() -> None:
+        builder = build_filter(source, spec)
+        result = publish_filter(store, config, builder, signing_key, source_fingerprint(source),
+                                force=args.force, progress=not args.quiet)
+        manifest = result.manifest
+        if result.status == "unchanged":
+            print(f"unchanged: the filter equals v{result.version}, the version latest.json "
+                  "names; nothing published (--force publishes anyway)", flush=True)
+            return
+        print(f"published v{result.version}: {config.s3.url}/{manifest.filter_key}, "
+              f"{manifest.size:,} bytes, {manifest.filter.key_count:,} keys, "
+              f"info-hash v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2}", flush=True)
+        if result.latest_moved:
+            print(f"latest.json -> v{result.version}", flush=True)
+        elif result.pinned_at is not None:
+            print(f"the fleet is pinned at v{result.pinned_at}: latest.json not moved "
+                  "(bloomswarm unpin releases it)", flush=True)
+        elif result.latest is not None:
+            print(f"latest.json already names v{result.latest.version}: left alone", flush=True)
+        plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
+        if plan.delete_keys or plan.abort_uploads:
+            print(f"retention: deleted {len(plan.delete_keys)} objects "
+                  f"(versions {_ranges(plan.deleted_versions) or 'none'}), "
+                  f"aborted {len(plan.abort_uploads)} unfinished uploads", flush=True)
+
+    if args.watch:
+        with _stop_on_signals() as stop:
+            watch_and_publish(args.watch, publish_once, stop, debounce_s=config.watch_debounce_s)
+        return 0
+    with _sigterm_interrupts():
+        publish_once()
+    return 0
+
+
+# --- keys, pins, listing --------------------------------------------------------------------
+
+
+def run_keygen(args: argparse.Namespace) -> int:
+    private: Path = args.private_key
+    public: Path = args.public or private.with_suffix(".pub")
+    if public == private:
+        raise ConfigError(f"the public key needs another file name than {private}")
+    key_id = write_keypair(private, public)
+    print(f"wrote private key {private} (mode 0600) and public key {public}, key id {key_id}")
+    print("give the public key to every agent before publishing with the private key")
+    return 0
+
+
+def run_pin(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    signing_key = _signing_key(config)
+    store = _open_store(config)
+    pointer = pin(store, args.version, signing_key, _trusted_keys(config, signing_key),
+                  config.publisher_id)
+    print(f"pinned: latest.json -> v{pointer.version} (pinned, sequence {pointer.sequence}); "
+          "new versions are published but not rolled out until `bloomswarm unpin`")
+    return 0
+
+
+def run_unpin(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    signing_key = _signing_key(config)
+    store = _open_store(config)
+    pointer = unpin(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
+    if pointer is None:
+        print("not pinned: latest.json already names the newest version")
+    else:
+        print(f"unpinned: latest.json -> v{pointer.version} (sequence {pointer.sequence})")
+    return 0
+
+
+def run_versions(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    store = _open_store(config)
+    latest = read_latest(store)
+    folders = scan_versions(store)
+    if not folders:
+        print(f"no versions in {config.s3.url}")
+        return 0
+    print(f"{'VERSION':>7}  {'STATE':<20} {'SIZE':>15}  {'CREATED (UTC)':<19}  KEYS")
+    for version in sorted(folders, reverse=True):
+        folder = folders[version]
+        state = "complete" if folder.complete else "claimed, unsigned" if folder.claimed \
+            else "unfinished upload"
+        if latest is not None and latest.pointer.version == version:
+            state = "latest, pinned" if latest.pointer.pinned else "latest"
+        size = created = keys = ""
+        if folder.claimed:
+            manifest = read_manifest(store, version)
+            size = f"{manifest.size:,}"
+            created = dt.datetime.fromtimestamp(manifest.created_at, dt.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M:%S")
+            keys = f"{manifest.filter.key_count:,}"
+        print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys}")
+    return 0
+
+
+# --- tracker whitelist ----------------------------------------------------------------------
+
+
+def run_tracker_sync(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    if config.tracker.whitelist is None:
+        raise ConfigError("no whitelist file: pass --whitelist or set tracker.whitelist")
+    whitelist = config.tracker.whitelist
+    store = _open_store(config)
+    keys = _trusted_keys(config, None)
+    if args.public_key:
+        keys += load_public_keys(args.public_key)
+
+    def sync_once() -> None:
+        pid = args.tracker_pid
+        if pid is None and config.tracker.pid_file is not None:
+            pid = read_pid_file(config.tracker.pid_file)
+        result = sync_whitelist(store, whitelist, public_keys=keys, tracker_pid=pid)
+        versions = _ranges(result.versions) or "none"
+        if not result.changed:
+            print(f"whitelist {whitelist} up to date (versions {versions})", flush=True)
+            return
+        reloaded = f", sent SIGHUP to {result.signalled_pid}" if result.signalled_pid else ""
+        print(f"wrote {whitelist}: {len(result.hashes)} hashes for versions {versions}{reloaded}",
+              flush=True)
+
+    sync_once()
+    if args.watch:
+        with _stop_on_signals() as stop:
+            while not stop.wait(config.tracker.interval_s):
+                sync_once()
+    return 0
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _ranges(versions: tuple[int, ...] | list[int]) -> str:
+    """"1-3, 7" for [1, 2, 3, 7]."""
+    parts: list[str] = []
+    for n in sorted(versions):
+        if parts and parts[-1].split("-")[-1] == str(n - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{n}"
+        else:
+            parts.append(str(n))
+    return ", ".join(parts)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set on SIGINT or SIGTERM, for loops that should end cleanly."""
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Turn SIGTERM into KeyboardInterrupt, so an upload in progress is aborted cleanly."""
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,381 @@
+"""The publisher's configuration: one frozen dataclass tree, from a file, the environment, flags.
+
+Precedence, lowest first: the defaults written on the dataclasses below (the only place
+defaults live), a TOML file, ``BLOOMSWARM_*`` environment variables, command-line flags.
+
+Every setting has a dotted name. The file uses it as table and key, the environment
+upper-cases it with ``_`` for ``.`` behind ``BLOOMSWARM_``, the CLI passes it by name::
+
+    # publisher.toml                               # the same from the environment
+    publisher_id = "builder-1"                     # BLOOMSWARM_PUBLISHER_ID
+    signing_key = "/etc/bloomswarm/publisher.key"  # BLOOMSWARM_SIGNING_KEY
+    keep_versions = 5                              # BLOOMSWARM_KEEP_VERSIONS
+    trackers = ["http://tracker-1:6969/announce"]  # BLOOMSWARM_TRACKERS (comma-separated)
+
+    [s3]
+    bucket = "filters"                             # BLOOMSWARM_S3_BUCKET
+    prefix = "fleet-a"                             # BLOOMSWARM_S3_PREFIX
+    endpoint_url = "http://minio:9000"             # BLOOMSWARM_S3_ENDPOINT_URL
+
+    [build]
+    fpp = 0.001                                    # BLOOMSWARM_BUILD_FPP
+    expected_keys = 100_000_000                    # BLOOMSWARM_BUILD_EXPECTED_KEYS
+
+    [tracker]
+    whitelist = "/etc/opentracker/whitelist.txt"   # BLOOMSWARM_TRACKER_WHITELIST
+    pid_file = "/run/opentracker.pid"              # BLOOMSWARM_TRACKER_PID_FILE
+
+The ``[s3]`` table takes every field of :class:`~bloomswarm.common.storage.S3Config`.
+No secret belongs here: boto3's standard credential chain (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE`` or ``s3.profile``, shared files, instance and
+pod roles) supplies credentials. An unknown setting in the file or a value of the wrong
+type raises ConfigError naming it; unknown ``BLOOMSWARM_*`` variables are ignored (other
+components use the prefix too).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.manifest import MIN_PIECE_SIZE
+from bloomswarm.common.params import Layout
+from bloomswarm.common.storage import S3Config
+
+from .sources import KeyType
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+ENV_PREFIX = "BLOOMSWARM_"
+_TRACKER_SCHEMES = ("http://", "https://", "udp://")
+
+
+@dataclass(frozen=True)
+class BuildDefaults:
+    """How ``publish`` builds the filter when no flag says otherwise."""
+
+    key_type: KeyType = "str"
+    """How input lines become keys: "str" (UTF-8), "bytes" or "int" (decimal, 64-bit)."""
+    csv_column: str | None = None
+    """Read keys from this CSV column instead of whole lines."""
+    parquet_column: str | None = None
+    """Read keys from this column of Parquet inputs (None: a Parquet file's only column)."""
+    fpp: float = 0.01
+    """Target false-positive rate, in (0, 1)."""
+    layout: Layout = Layout.BLOCKED
+    """Filter layout: "blocked" (one cache line per lookup) or "standard"."""
+    seed: int = 0
+    """MurmurHash3 seed, 0 .. 2**32-1."""
+    expected_keys: int | None = None
+    """Size the filter for this many keys; None counts the input first (a second pass)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.fpp < 1.0:
+            raise ConfigError(f"build.fpp must be between 0 and 1, got {self.fpp}")
+        if not 0 <= self.seed < 2**32:
+            raise ConfigError(f"build.seed must be in 0 .. 2**32-1, got {self.seed}")
+        if self.expected_keys is not None and self.expected_keys < 1:
+            raise ConfigError(f"build.expected_keys must be at least 1, got {self.expected_keys}")
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """Where ``tracker-sync`` keeps opentracker's whitelist and how it finds the tracker."""
+
+    whitelist: Path | None = None
+    """The whitelist file opentracker reads (``access.whitelist``); written atomically."""
+    pid_file: Path | None = None
+    """File holding the tracker's PID, to send it SIGHUP after a change."""
+    interval_s: float = 30.0
+    """Seconds between two syncs in ``tracker-sync --watch``."""
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0:
+            raise ConfigError(f"tracker.interval_s must be positive, got {self.interval_s}")
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """Everything the publisher and its maintenance commands need."""
+
+    s3: S3Config
+    """The bucket and prefix the fleet reads, and how to reach them."""
+    signing_key: Path | None = None
+    """Ed25519 private key (PKCS#8 PEM) that signs manifests and latest.json."""
+    accepted_public_keys: tuple[Path, ...] = ()
+    """Public keys the fleet trusts besides the signing key's own (during a key rotation):
+    ``pin`` and ``versions`` accept versions signed by any of them."""
+    publisher_id: str = field(default_factory=socket.gethostname)
+    """Recorded in every manifest and pointer; defaults to the host name."""
+    keep_versions: int = 5
+    """Retention keeps this many newest complete versions (plus latest and a pinned one)."""
+    orphan_grace_s: float = 6 * 3600.0
+    """Age after which objects of unfinished publish attempts are garbage. Must exceed the
+    longest publish (upload time), or retention may delete a running publisher's upload."""
+    trackers: tuple[str, ...] = ()
+    """Announce URLs put into every torrent (one tier; http, https or udp)."""
+    piece_size: int | None = None
+    """Torrent piece size in bytes (a power of two, at least 16 KiB); None picks one from the
+    file size."""
+    work_dir: Path | None = None
+    """Where the filter file is written before upload; None uses the system temp dir."""
+    watch_debounce_s: float = 5.0
+    """``publish --watch``: seconds of quiet after the last change before publishing."""
+    build: BuildDefaults = field(default_factory=BuildDefaults)
+    """Build defaults (``[build]`` table)."""
+    tracker: TrackerConfig = field(default_factory=TrackerConfig)
+    """opentracker whitelist sync (``[tracker]`` table)."""
+
+    def __post_init__(self) -> None:
+        if not self.publisher_id:
+            raise ConfigError("publisher_id must not be empty")
+        if self.keep_versions < 1:
+            raise ConfigError(f"keep_versions must be at least 1, got {self.keep_versions}")
+        if self.orphan_grace_s < 0 or self.watch_debounce_s < 0:
+            raise ConfigError("orphan_grace_s and watch_debounce_s must not be negative")
+        if self.piece_size is not None and (
+            self.piece_size < MIN_PIECE_SIZE or self.piece_size & (self.piece_size - 1)
+        ):
+            raise ConfigError(
+                f"piece_size must be a power of two of at least 16 KiB, got {self.piece_size}"
+            )
+        for url in self.trackers:
+            if not url.startswith(_TRACKER_SCHEMES):
+                raise ConfigError(f"tracker URL must be http(s):// or udp://, got {url!r}")
+
+
+# --- loading ------------------------------------------------------------------------------
+
+_SECTIONS: dict[str, type[Any]] = {"s3": S3Config, "build": BuildDefaults, "tracker": TrackerConfig}
+
+
+def _settings() -> dict[str, Any]:
+    """Every dotted setting name and its annotated type."""
+    table: dict[str, Any] = {}
+    for name, kind in typing.get_type_hints(PublisherConfig).items():
+        if name in _SECTIONS:
+            for sub, sub_kind in typing.get_type_hints(_SECTIONS[name]).items():
+                table[f"{name}.{sub}"] = sub_kind
+        else:
+            table[name] = kind
+    return table
+
+
+SETTINGS: dict[str, Any] = _settings()
+"""Dotted setting name -> the type its value must have."""
+
+
+def env_name(setting: str) -> str:
+    """The environment variable of a setting: "s3.bucket" -> "BLOOMSWARM_S3_BUCKET"."""
+    return ENV_PREFIX + setting.upper().replace(".", "_")
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+) -> PublisherConfig:
+    """Assemble the configuration from ``path`` (TOML), ``environ`` and ``overrides``.
+
+    ``overrides`` maps dotted names to values from flags; None values are ignored (the
+    flag was not given). Raises ConfigError for an unreadable or invalid file, an unknown
+    setting, a value of the wrong type, or a missing ``s3.bucket``.
+    """
+    values: dict[str, object] = {}
+    if path is not None:
+        values.update(_read_file(path))
+    values.update(_read_environ(environ or {}))
+    for name, value in (overrides or {}).items():
+        if value is not None:
+            values[name] = _coerce(name, value, "command line")
+    return _assemble(values)
+
+
+def _read_file(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as fh:
+            document = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    values: dict[str, object] = {}
+    for key, value in document.items():
+        if key in _SECTIONS and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                values[f"{key}.{sub}"] = sub_value
+        else:
+            values[key] = value
+    where = f"config file {path}"
+    return {name: _coerce(name, value, where) for name, value in values.items()}
+
+
+def _read_environ(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name, kind in SETTINGS.items():
+        text = environ.get(env_name(name))
+        if text is not None:
+            values[name] = _coerce(name, _from_text(kind, text), env_name(name))
+    return values
+
+
+def _assemble(values: Mapping[str, object]) -> PublisherConfig:
+    if "s3.bucket" not in values:
+        raise ConfigError(
+            "no bucket configured: set s3.bucket in the config file, "
+            f"{env_name('s3.bucket')} or --bucket"
+        )
+    top = {k: v for k, v in values.items() if "." not in k}
+    for section, cls in _SECTIONS.items():
+        sub = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(section + ".")}
+        if sub or section == "s3":
+            top[section] = cls(**sub)
+    try:
+        return PublisherConfig(**top)  # type: ignore[arg-type]
+    except TypeError as exc:  # a dataclass refusing a value it cannot take
+        raise ConfigError(f"invalid configuration: {exc}") from exc
+
+
+# --- typing values ------------------------------------------------------------------------
+
+
+def _optional_inner(kind: Any) -> Any:
+    """X for ``X | None``; ``kind`` itself otherwise."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return kind
+
+
+def _from_text(kind: Any, text: str) -> object:
+    """Turn an environment string into the plain value a TOML file would hold."""
+    kind = _optional_inner(kind)
+    text = text.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            return text
+        if kind is int:
+            return int(text.replace("_", ""))
+        if kind is float:
+            return float(text)
+    except ValueError:
+        return text  # _coerce reports the type error with the variable's name
+    if typing.get_origin(kind) is tuple:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return text
+
+
+_Coercer = Callable[[object], object]
+
+
+def _coerce(name: str, value: object, where: str) -> object:
+    """Check ``value`` against the type of setting ``name``; ConfigError naming both."""
+    if name not in SETTINGS:
+        raise ConfigError(f"{where}: unknown setting {name!r}")
+    kind = _optional_inner(SETTINGS[name])
+    try:
+        return _coercer(kind)(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {name} {exc}, got {value!r:.80}") from None
+
+
+def _coercer(kind: Any) -> _Coercer:
+    if typing.get_origin(kind) is tuple:
+        item = _coercer(typing.get_args(kind)[0])
+
+        def sequence(value: object) -> object:
+            if not isinstance(value, list | tuple):
+                raise TypeError("must be a list")
+            return tuple(item(v) for v in value)
+
+        return sequence
+    if typing.get_origin(kind) is Literal:
+        choices = typing.get_args(kind)
+
+        def choice(value: object) -> object:
+            if value not in choices:
+                raise ValueError(f"must be one of {', '.join(map(str, choices))}")
+            return value
+
+        return choice
+    return _SIMPLE[kind]
+
+
+def _layout_value(value: object) -> object:
+    if isinstance(value, Layout):
+        return value
+    if not isinstance(value, str):
+        raise TypeError("must be a string")
+    try:
+        return Layout.parse(value)
+    except ValueError:
+        raise ValueError("must be blocked or standard") from None
+
+
+def _str_value(value: object) -> object:
+    if not isinstance(value, str):
+        raise TypeError("must be a string")
+    return value
+
+
+def _int_value(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("must be an integer")
+    return value
+
+
+def _float_value(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("must be a number")
+    return float(value)
+
+
+def _bool_value(value: object) -> object:
+    if not isinstance(value, bool):
+        raise TypeError("must be true or false")
+    return value
+
+
+def _path_value(value: object) -> object:
+    if not isinstance(value, str | Path) or not str(value):
+        raise TypeError("must be a path")
+    return Path(value).expanduser()
+
+
+_SIMPLE: dict[Any, _Coercer] = {
+    str: _str_value,
+    int: _int_value,
+    float: _float_value,
+    bool: _bool_value,
+    Path: _path_value,
+    Layout: _layout_value,
+}
+
+__all__ = [
+    "ENV_PREFIX",
+    "SETTINGS",
+    "BuildDefaults",
+    "PublisherConfig",
+    "TrackerConfig",
+    "env_name",
+    "load_config",
+]

@@ -1,0 +1,109 @@
+"""Pinning: hold or roll the fleet back to one version, and release it (as Netflix Hollow pins).
+
+``pin(N)`` points latest.json at vN with ``pinned: true``. Agents normally refuse a
+version lower than the one they run; a signed pointer marked pinned, with a higher
+``sequence`` than any they accepted, is the one exception, so a pin rolls the fleet back.
+While pinned, ``publish`` still publishes new versions but leaves latest.json alone.
+``unpin`` points latest.json at the newest complete version with ``pinned: false``.
+
+Both verify what they point at first: the manifest's signature (by the signing key or
+one of the accepted public keys) and the presence of its filter and torrent objects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
+from bloomswarm.common.manifest import Manifest, Pointer
+from bloomswarm.common.signing import SigningKey, VerifyKey
+from bloomswarm.common.storage import ObjectStore
+
+from .latest import Target, swap_latest
+from .versions import complete_versions, read_verified_manifest, scan_versions
+
+log = logging.getLogger("bloomswarm.pinning")
+
+_UNPIN_ROUNDS = 5
+"""Times unpin re-checks for a version published while it was moving latest.json."""
+
+
+def check_version(store: ObjectStore, version: int, public_keys: Sequence[VerifyKey]) -> Manifest:
+    """The verified manifest of ``version``, after checking its objects exist.
+
+    ConfigError when the version does not exist or is incomplete; VerificationError when
+    its signature or objects do not match.
+    """
+    try:
+        manifest = read_verified_manifest(store, version, public_keys)
+    except ObjectNotFound:
+        raise ConfigError(f"version {version} does not exist or is incomplete") from None
+    try:
+        size = store.head(manifest.filter_key).size
+        store.head(manifest.torrent_key)
+    except ObjectNotFound as exc:
+        raise VerificationError(f"version {version} is missing an object: {exc}") from None
+    if size != manifest.size:
+        raise VerificationError(
+            f"version {version}: {manifest.filter_key} has {size} bytes, the manifest says "
+            f"{manifest.size}"
+        )
+    return manifest
+
+
+def pin(
+    store: ObjectStore,
+    version: int,
+    signing_key: SigningKey,
+    public_keys: Sequence[VerifyKey],
+    publisher_id: str,
+) -> Pointer:
+    """Point latest.json at ``version``, pinned; return the new pointer."""
+    check_version(store, version, public_keys)
+    outcome = swap_latest(store, lambda _current: Target(version, pinned=True), signing_key,
+                          publisher_id)
+    assert outcome.pointer is not None
+    log.info("pinned the fleet at v%d (sequence %d)", version, outcome.pointer.sequence)
+    return outcome.pointer
+
+
+def unpin(
+    store: ObjectStore,
+    signing_key: SigningKey,
+    public_keys: Sequence[VerifyKey],
+    publisher_id: str,
+) -> Pointer | None:
+    """Point latest.json at the newest complete version, not pinned.
+
+    Returns the new pointer, or None when latest.json was not pinned and already named
+    the newest version. A version published while this runs (its publisher saw the pin
+    and left latest.json) is picked up by re-checking after the move.
+    """
+    written: Pointer | None = None
+    for _ in range(_UNPIN_ROUNDS):
+        newest = _newest_valid_version(store, public_keys)
+
+        def decide(current: Pointer | None, newest: int = newest) -> Target | None:
+            if current is not None and not current.pinned and current.version >= newest:
+                return None
+            return Target(newest, pinned=False)
+
+        outcome = swap_latest(store, decide, signing_key, publisher_id)
+        if not outcome.written:
+            return written
+        written = outcome.pointer
+        log.info("unpinned: latest.json names v%d", newest)
+    return written
+
+
+def _newest_valid_version(store: ObjectStore, public_keys: Sequence[VerifyKey]) -> int:
+    """The highest complete version whose signature and objects check out."""
+    for version in reversed(complete_versions(scan_versions(store))):
+        try:
+            check_version(store, version, public_keys)
+        except (ConfigError, FormatError, VerificationError) as exc:
+            log.warning("skipping v%d: %s", version, exc)
+            continue
+        return version
+    raise ConfigError("no complete, correctly signed version to point latest.json at")

@@ -1,0 +1,122 @@
+"""Keeping opentracker's whitelist equal to the info-hashes of the versions in the bucket.
+
+Debian's opentracker is built in whitelist mode: it answers announces only for
+info-hashes listed in its whitelist file, one 40-hex-character hash per line, and
+re-reads the file on SIGHUP. A hybrid torrent is announced under two hashes: its v1
+info-hash (SHA-1) and its v2 info-hash (SHA-256) truncated to 20 bytes, the first 40 hex
+characters. The whitelist therefore holds both, for every complete version in the
+bucket (retention decides which versions exist).
+
+The file is replaced atomically and only when its content changes, and the tracker is
+sent SIGHUP only then: running the sync again changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bloomswarm.common.atomic_file import write_atomically
+from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.signing import VerifyKey
+from bloomswarm.common.storage import ObjectStore
+
+from .versions import complete_versions, read_manifest, read_verified_manifest, scan_versions
+
+log = logging.getLogger("bloomswarm.tracker_sync")
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What one sync found and did."""
+
+    versions: tuple[int, ...]
+    """Versions whose hashes are in the whitelist."""
+    hashes: tuple[str, ...]
+    """The whitelist's lines."""
+    changed: bool
+    """The file was rewritten."""
+    signalled_pid: int | None
+    """The tracker process sent SIGHUP, if any."""
+
+
+def whitelist_lines(manifests: Iterable[Manifest]) -> list[str]:
+    """Sorted, unique whitelist lines: each v1 info-hash and each v2 info-hash's first 40
+    hex characters."""
+    return sorted({h for m in manifests for h in (m.info_hash_v1, m.info_hash_v2[:40])})
+
+
+def read_pid_file(path: Path) -> int:
+    """The PID in ``path``; ConfigError when missing or not a positive integer."""
+    try:
+        text = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read tracker pid file {path}: {exc.strerror or exc}") from exc
+    if not text.isdigit() or int(text) <= 0:
+        raise ConfigError(f"tracker pid file {path} does not hold a PID: {text[:40]!r}")
+    return int(text)
+
+
+def sync_whitelist(
+    store: ObjectStore,
+    whitelist: Path,
+    *,
+    public_keys: Sequence[VerifyKey] = (),
+    tracker_pid: int | None = None,
+) -> SyncResult:
+    """Make ``whitelist`` list the info-hashes of every complete version in ``store``.
+
+    With ``public_keys``, a version whose signature no key verifies is left out (and
+    logged). When the content changed and ``tracker_pid`` is given, that process gets
+    SIGHUP; ConfigError when it does not exist.
+    """
+    manifests: list[Manifest] = []
+    for version in complete_versions(scan_versions(store)):
+        try:
+            manifests.append(
+                read_verified_manifest(store, version, public_keys)
+                if public_keys
+                else read_manifest(store, version)
+            )
+        except ObjectNotFound:
+            continue  # deleted by retention since the listing
+        except (FormatError, VerificationError) as exc:
+            log.warning("leaving v%d out of the whitelist: %s", version, exc)
+    lines = whitelist_lines(manifests)
+    content = "".join(f"{line}\n" for line in lines).encode("ascii")
+    changed = _read_or_none(whitelist) != content
+    signalled: int | None = None
+    if changed:
+        try:
+            write_atomically(whitelist, [content], mode=0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write whitelist {whitelist}: {exc.strerror or exc}") from exc
+        log.info("whitelist %s: %d hashes for versions %s", whitelist, len(lines),
+                 [m.version for m in manifests])
+        if tracker_pid is not None:
+            _reload(tracker_pid)
+            signalled = tracker_pid
+    return SyncResult(tuple(m.version for m in manifests), tuple(lines), changed, signalled)
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
+
+
+def _reload(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGHUP)
+    except ProcessLookupError:
+        raise ConfigError(f"tracker process {pid} is not running") from None
+    except PermissionError:
+        raise ConfigError(f"not allowed to signal tracker process {pid}") from None

@@ -1,0 +1,119 @@
+"""What the bucket holds: version folders, their state, and reading their manifests.
+
+One listing of ``v*`` keys tells, for every version number, whether it is claimed (its
+manifest exists), complete (its signature exists too) and which publish-attempt folders
+it holds. Publishing, retention, pinning, ``versions`` and ``tracker-sync`` all start
+from this view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bloomswarm.common.errors import ObjectNotFound
+from bloomswarm.common.manifest import (
+    LATEST_KEY,
+    Manifest,
+    Pointer,
+    attempt_started_at,
+    manifest_key,
+    parse_version_prefix,
+    read_pointer_unverified,
+    signature_key,
+    verify_manifest,
+    version_prefix,
+)
+from bloomswarm.common.signing import VerifyKey
+from bloomswarm.common.storage import ObjectStore
+
+
+@dataclass(frozen=True)
+class VersionFolder:
+    """The objects under ``v{N}/``."""
+
+    version: int
+    keys: tuple[str, ...]
+    """Every key under ``v{N}/``, sorted."""
+
+    @property
+    def claimed(self) -> bool:
+        """The manifest exists: version N belongs to one publish attempt."""
+        return manifest_key(self.version) in self.keys
+
+    @property
+    def complete(self) -> bool:
+        """Manifest and signature exist (the last two objects a publisher writes)."""
+        return self.claimed and signature_key(self.version) in self.keys
+
+    def attempts(self) -> dict[str, list[str]]:
+        """Publish-attempt folders: attempt id -> the keys inside it."""
+        prefix = version_prefix(self.version)
+        folders: dict[str, list[str]] = {}
+        for key in self.keys:
+            attempt, sep, _rest = key[len(prefix) :].partition("/")
+            if sep and attempt_started_at(attempt) is not None:
+                folders.setdefault(attempt, []).append(key)
+        return folders
+
+
+@dataclass(frozen=True)
+class LatestPointer:
+    """``latest.json`` as a writer sees it: the pointer (signature not checked) and the
+    ETag to compare-and-swap against."""
+
+    pointer: Pointer
+    etag: str
+
+
+def scan_versions(store: ObjectStore) -> dict[int, VersionFolder]:
+    """Every version folder in the store, by version number (one listing)."""
+    grouped: dict[int, list[str]] = {}
+    for key in store.list("v"):
+        version = parse_version_prefix(key)
+        if version is not None and key.startswith(version_prefix(version)):
+            grouped.setdefault(version, []).append(key)
+    return {n: VersionFolder(n, tuple(sorted(keys))) for n, keys in sorted(grouped.items())}
+
+
+def complete_versions(folders: dict[int, VersionFolder]) -> list[int]:
+    """The complete version numbers, ascending."""
+    return [n for n, folder in folders.items() if folder.complete]
+
+
+def read_latest(store: ObjectStore) -> LatestPointer | None:
+    """``latest.json`` without checking its signature (for writers); None when absent.
+
+    FormatError when it exists but is malformed.
+    """
+    try:
+        stored = store.get(LATEST_KEY)
+    except ObjectNotFound:
+        if not store.exists(LATEST_KEY):  # a missing bucket raises here
+            return None
+        raise
+    assert stored is not None  # no if_none_match given
+    return LatestPointer(read_pointer_unverified(stored.data), stored.etag)
+
+
+def read_manifest(store: ObjectStore, version: int) -> Manifest:
+    """Version ``version``'s manifest, signature not checked. ObjectNotFound when absent."""
+    stored = store.get(manifest_key(version))
+    assert stored is not None
+    return Manifest.from_bytes(stored.data)
+
+
+def read_verified_manifest(
+    store: ObjectStore, version: int, public_keys: Sequence[VerifyKey]
+) -> Manifest:
+    """Version ``version``'s manifest after checking its signature against ``public_keys``.
+
+    ObjectNotFound when the manifest or its signature is missing; VerificationError when
+    no key signed it (or it names another version); FormatError when malformed.
+    """
+    manifest = store.get(manifest_key(version))
+    signature = store.get(signature_key(version))
+    assert manifest is not None and signature is not None
+    return verify_manifest(
+        manifest.data, signature.data, public_keys, expected_version=version
+    )
