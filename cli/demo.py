@@ -88,6 +88,7 @@ def run_demo(args: argparse.Namespace) -> int:
     reports = context.Queue()
     stop = context.Event()
     client = None
+    last: ClientReport | None = None
     try:
         _install(directory, 1, n, churn, progress=True)
         client = context.Process(target=lookup_client, args=(str(directory), common, reports, stop),
@@ -103,16 +104,13 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"v{version}: built+installed in {flipped - started:.1f}s; the client swapped within "
                   f"{time.monotonic() - flipped:.2f}s and answers at {last.rate / 1e6:.2f}M lookups/s")
         time.sleep(1.0)
-        last = _drain(reports, last)
     finally:
         stop.set()
         if client is not None:
-            client.join(timeout=10)
-            if client.is_alive():
-                client.terminate()
-                client.join(timeout=5)
+            last = _stop_client(client, reports, last)
         if args.dir is None:
             shutil.rmtree(directory, ignore_errors=True)
+    assert last is not None
     ok = last.errors == 0 and last.false_negatives == 0
     print(f"summary: {rounds} versions; client did {last.lookups:,} lookups, {last.swaps} swaps, "
           f"{last.errors} errors, {last.false_negatives} false negatives -> {'OK' if ok else 'FAILED'}")
@@ -145,9 +143,22 @@ def _wait_for(reports: Any, done: Any, timeout: float) -> ClientReport:
     raise TimeoutError("the lookup client did not report in time")
 
 
-def _drain(reports: Any, last: ClientReport) -> ClientReport:
+def _stop_client(client: Any, reports: Any, last: ClientReport | None) -> ClientReport:
+    """Wait for the stopped client to exit (terminate it if it hangs); return its last report."""
+    deadline = time.monotonic() + 10
+    while client.is_alive() and time.monotonic() < deadline:
+        try:
+            last = reports.get(timeout=0.2)
+        except queue.Empty:
+            pass
+    if client.is_alive():
+        client.terminate()
+    client.join(timeout=5)
     while True:
         try:
-            last = reports.get(timeout=0.6)
+            last = reports.get_nowait()
         except queue.Empty:
-            return last
+            break
+    if last is None:
+        raise RuntimeError("the lookup client never reported")
+    return last

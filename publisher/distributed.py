@@ -195,12 +195,10 @@ def _build(client: Any, source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
 
 
 def _count(client: Any, groups: list[list[Partition]], source: SourceSpec, progress: bool) -> int:
-    from distributed import as_completed
-
     futures = [client.submit(count_task, group, source, pure=False) for group in groups]
     total = 0
     with Progress("counting keys", enabled=progress) as bar:
-        for future in as_completed(futures):
+        for future in _distributed().as_completed(futures):
             count = int(future.result())
             total += count
             bar.advance(count)
@@ -211,8 +209,6 @@ def _reduce(
     client: Any, groups: list[list[Partition]], source: SourceSpec, params: FilterParams, spec: BuildSpec
 ) -> PartialFilter:
     """Submit the partial builds and the tree of merges; wait for the root."""
-    from distributed import as_completed
-
     leaves = [client.submit(build_task, g, source, params, spec.kernel, pure=False) for g in groups]
     level = leaves
     while len(level) > 1:
@@ -223,7 +219,7 @@ def _reduce(
         level = merged + level[-1:] if len(level) % 2 else merged
     root = level[0]
     with Progress("building partial filters", total=len(leaves), unit="tasks", enabled=spec.progress) as bar:
-        for future in as_completed(leaves):
+        for future in _distributed().as_completed(leaves):
             if future.status == "error":
                 future.result()  # raises the worker's exception here
             bar.advance(1)
@@ -236,13 +232,10 @@ def _reduce(
 def _client(spec: BuildSpec) -> Iterator[Any]:
     """A Dask client: connected to ``spec.scheduler``, or to a LocalCluster that lives
     exactly as long as the build."""
-    try:
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise ConfigError("--engine dask needs Dask: install bloomswarm[dask]") from None
+    dask = _distributed()
     if spec.scheduler:
         try:
-            client = Client(spec.scheduler, timeout=SCHEDULER_TIMEOUT_S)
+            client = dask.Client(spec.scheduler, timeout=SCHEDULER_TIMEOUT_S)
         except (OSError, TimeoutError, ValueError) as exc:
             raise ConfigError(f"cannot reach the Dask scheduler at {spec.scheduler}: {exc}") from exc
         with client:
@@ -250,14 +243,23 @@ def _client(spec: BuildSpec) -> Iterator[Any]:
         return
     workers = spec.workers or _cpu_count()
     try:
-        cluster = LocalCluster(
+        cluster = dask.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True,
             dashboard_address=None, silence_logs=logging.ERROR,
         )
     except (OSError, RuntimeError) as exc:
         raise BloomswarmError(f"cannot start a local Dask cluster of {workers} workers: {exc}") from exc
-    with cluster, Client(cluster) as client:
+    with cluster, dask.Client(cluster) as client:
         yield client
+
+
+def _distributed() -> Any:
+    """The ``distributed`` module (untyped, hence Any); ConfigError when not installed."""
+    try:
+        import distributed
+    except ImportError:
+        raise ConfigError("--engine dask needs Dask: install bloomswarm[dask]") from None
+    return distributed
 
 
 def _cpu_count() -> int:

@@ -1,0 +1,67 @@
+"""Shared pieces of the publisher's unit tests: keys, configs, small filters, store checks."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import libtorrent as lt
+
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.header import FilterHeader
+from bloomswarm.common.manifest import LATEST_KEY, Manifest, Pointer, open_pointer
+from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
+from bloomswarm.common.storage import ObjectStore, S3Config
+from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.versions import read_verified_manifest
+
+
+def new_key() -> SigningKey:
+    private, _public = generate_keypair()
+    return parse_private_key(private)
+
+
+def make_config(**changes: Any) -> PublisherConfig:
+    fields: dict[str, Any] = {
+        "s3": S3Config(bucket="unit-test"),
+        "publisher_id": "unit-test",
+        "trackers": ("http://127.0.0.1:6969/announce",),
+    }
+    fields.update(changes)
+    return PublisherConfig(**fields)
+
+
+def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
+    builder = FilterBuilder.for_capacity(capacity, 0.01)
+    builder.add_many(keys)
+    return builder
+
+
+def latest_pointer(store: ObjectStore, public_keys: list[VerifyKey]) -> Pointer:
+    stored = store.get(LATEST_KEY)
+    assert stored is not None
+    return open_pointer(stored.data, public_keys)
+
+
+def check_version(store: ObjectStore, version: int, public_keys: list[VerifyKey]) -> Manifest:
+    """Assert that ``version`` is complete and consistent; return its manifest."""
+    manifest = read_verified_manifest(store, version, public_keys)
+    data = store.get(manifest.filter_key)
+    torrent = store.get(manifest.torrent_key)
+    assert data is not None and torrent is not None
+    assert len(data.data) == manifest.size
+    assert hashlib.sha256(data.data).hexdigest() == manifest.sha256
+    header = FilterHeader.unpack(data.data[:4096], file_size=len(data.data))
+    assert manifest.header_mismatches(header) == []
+    info = lt.torrent_info(torrent.data)
+    hashes = info.info_hashes()
+    assert (str(hashes.v1), str(hashes.v2)) == (manifest.info_hash_v1, manifest.info_hash_v2)
+    assert info.piece_length() == manifest.piece_size
+    assert info.total_size() == manifest.size
+    return manifest
+
+
+def write_keys(path: Path, keys: list[str]) -> Path:
+    path.write_text("".join(f"{k}\n" for k in keys))
+    return path
