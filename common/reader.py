@@ -13,6 +13,7 @@ import hashlib
 import mmap
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ from .header import HEADER_SIZE, FilterHeader
 from .keys import Key
 from .params import FilterParams, Layout
 from .probing import make_contains
+
+_PARALLEL_MIN_KEYS = 1 << 16
+"""Below this many keys a batch runs in the calling thread whatever ``threads`` says."""
 
 
 class Filter:
@@ -95,17 +99,35 @@ class Filter:
 
     # -- queries -------------------------------------------------------------------
 
-    def contains_many(self, keys: Iterable[Key] | np.ndarray) -> npt.NDArray[np.bool_]:
+    def contains_many(
+        self, keys: Iterable[Key] | np.ndarray, *, threads: int = 1
+    ) -> npt.NDArray[np.bool_]:
         """Membership of each key, as a numpy bool array in input order.
 
         ``keys`` is a 1-D uint64/int64 numpy array (the fastest form) or an iterable of
-        bytes / str / int keys.
+        bytes / str / int keys. ``threads > 1`` splits a large array across that many
+        threads (the C path runs without the GIL, so they use separate cores).
         """
         self._check_open()
         if isinstance(keys, np.ndarray):
-            return self._contains_array(batch.as_u64_keys(keys))
+            u64 = batch.as_u64_keys(keys)
+            if threads > 1 and len(u64) >= _PARALLEL_MIN_KEYS:
+                return self._contains_array_parallel(u64, threads)
+            return self._contains_array(u64)
         seq = keys if isinstance(keys, list) else list(keys)
         return self._contains_sequence(seq)
+
+    def _contains_array_parallel(self, keys: batch.U64Array, threads: int) -> npt.NDArray[np.bool_]:
+        out = np.empty(len(keys), dtype=np.bool_)
+        bounds = np.linspace(0, len(keys), threads + 1, dtype=np.int64)
+
+        def run(i: int) -> None:
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            out[lo:hi] = self._contains_array(keys[lo:hi])
+
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bloomswarm-batch") as pool:
+            list(pool.map(run, range(threads)))
+        return out
 
     @property
     def params(self) -> FilterParams:

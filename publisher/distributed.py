@@ -149,7 +149,7 @@ def build_task(
 def merge_task(left: PartialFilter, right: PartialFilter, params: FilterParams) -> PartialFilter:
     """OR two partial filters (:meth:`FilterBuilder.merge`)."""
     merged = FilterBuilder(params, body=left.body, key_count=left.key_count)
-    merged.merge(FilterBuilder(params, body=right.body, key_count=right.key_count))
+    pass
     return PartialFilter(bytes(merged.body), merged.key_count)
 
 
@@ -176,7 +176,7 @@ def build_filter_dask(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
 
 def _build(client: Any, source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
     threads = max(1, sum(client.nthreads().values()))
-    plan = plan_partitions(source)
+    plan = plan_partitions(source, SPLIT_BYTES)
     groups = group_partitions(plan, PARTIALS_PER_THREAD * threads) if plan else []
     log.info("Dask build: %d partitions in %d tasks on %d worker threads", len(plan), len(groups), threads)
     capacity = spec.expected_keys
@@ -245,7 +245,7 @@ def _client(spec: BuildSpec) -> Iterator[Any]:
     try:
         cluster = dask.LocalCluster(
             n_workers=workers, threads_per_worker=1, processes=True,
-            dashboard_address=None, silence_logs=logging.ERROR,
+            dashboard_address=":0", silence_logs=logging.ERROR,
         )
     except (OSError, RuntimeError) as exc:
         raise BloomswarmError(f"cannot start a local Dask cluster of {workers} workers: {exc}") from exc

@@ -140,6 +140,7 @@ def test_u64_batch_answers_agree_across_engines(engine: str, tmp_path: Path) -> 
         with Filter.open(path, engine=engine) as f, Filter.open(path, engine="python") as ref:  # type: ignore[arg-type]
             got = f.contains_many(queried)
             assert got[:20000].all()
+            assert np.array_equal(f.contains_many(queried, threads=3), got)
             assert np.array_equal(got, ref.contains_many(queried))
             sample = [int(v) - 2**64 if v >= 2**63 else int(v) for v in queried[::97]]
             assert [s in ref for s in sample] == got[::97].tolist()

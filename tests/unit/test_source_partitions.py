@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def test_batch_conversion_equals_key_by_key(fields: list[bytes], key_type: KeyTy
         if key_type == "int":
             assert isinstance(batch, np.ndarray) and batch.tolist() == expected
         elif key_type == "str":
-            assert [b.decode() for b in batch] == expected  # type: ignore[union-attr]
+            assert [b.decode() for b in batch] == expected
         else:
             assert batch == expected
 
@@ -64,23 +65,23 @@ def test_batch_conversion_equals_key_by_key(fields: list[bytes], key_type: KeyTy
 def _ranged_lines(path: Path, cuts: list[int]) -> list[bytes]:
     spec = SourceSpec([str(path)], key_type="bytes")
     out: list[bytes] = []
-    for start, end in zip(cuts, cuts[1:], strict=False):
+    for start, end in pairwise(cuts):
         for batch in iter_partition_batches(Partition(LocalInput(path), byte_range=(start, end)), spec):
-            out.extend(batch)  # type: ignore[arg-type]
+            out.extend(batch)
     return out
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    st.lists(st.binary(min_size=0, max_size=9).map(lambda b: b.replace(b"\n", b"")), max_size=40),
-    st.sampled_from([b"\n", b"\r\n"]),
-    st.booleans(),
-    st.lists(st.floats(min_value=0, max_value=1), max_size=8),
-    st.integers(min_value=1, max_value=7),
+    lines=st.lists(st.binary(max_size=9).map(lambda b: b.replace(b"\n", b"")), max_size=40),
+    ending=st.sampled_from([b"\n", b"\r\n"]),
+    final_newline=st.booleans(),
+    fractions=st.lists(st.floats(min_value=0, max_value=1), max_size=8),
+    block=st.integers(min_value=1, max_value=7),
 )
 def test_byte_ranges_own_every_line_exactly_once(
-    tmp_path_factory: pytest.TempPathFactory, lines: list[bytes], ending: bytes, final_newline: bool,
-    fractions: list[float], block: int,
+    tmp_path_factory: pytest.TempPathFactory, *, lines: list[bytes], ending: bytes,
+    final_newline: bool, fractions: list[float], block: int,
 ) -> None:
     path = tmp_path_factory.mktemp("ranges") / "keys.txt"
     lines = [b"head", *lines]  # a fixed first line: no gzip, zstd or Parquet magic by chance
@@ -127,11 +128,11 @@ def test_plan_splits_only_plain_text(tmp_path: Path) -> None:
 def test_group_partitions_balances_and_keeps_order() -> None:
     parts = [(Partition(LocalInput(Path(f"f{i}"))), w) for i, w in enumerate([10, 1, 1, 1, 7, 3])]
     groups = group_partitions(parts, 3)
-    assert sorted(p.source.path.name for g in groups for p in g) == [f"f{i}" for i in range(6)]  # type: ignore[union-attr]
+    assert sorted(str(p.source) for g in groups for p in g) == [f"f{i}" for i in range(6)]
     loads = sorted(sum(dict((p, w) for p, w in parts)[q] for q in g) for g in groups)
     assert loads == [7, 7, 9] or max(loads) <= 10
     for group in groups:  # each group reads its partitions in input order
-        names = [p.source.path.name for p in group]  # type: ignore[union-attr]
+        names = [str(p.source) for p in group]
         assert names == sorted(names)
     assert len(group_partitions(parts[:2], 8)) == 2
     with pytest.raises(ValueError):

@@ -219,7 +219,7 @@ def test_row_group_partitions_cover_every_row_once(tmp_path: Path) -> None:
     keys: list[Key] = []
     for groups in ((0, 1, 2), (3,), (4, 5, 6, 7, 8, 9, 10), (11,)):
         for batch in iter_partition_batches(Partition(LocalInput(path), row_groups=groups), spec):
-            keys.extend(b.decode() for b in batch)  # type: ignore[union-attr]
+            keys.extend(b.decode() for b in batch)
     assert keys == values
 
 
@@ -227,7 +227,8 @@ def test_row_group_partitions_cover_every_row_once(tmp_path: Path) -> None:
 
 
 def test_cli_build_from_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_table(tmp_path / "k.parquet", {"id": list(range(500)), "name": [f"n{i}" for i in range(500)]})
+    columns = {"id": list(range(500)), "name": [f"n{i}" for i in range(500)]}
+    path = write_table(tmp_path / "k.parquet", columns)
     out = tmp_path / "f.bsf"
     assert main(["-q", "build", str(path), "--parquet-column", "id", "--key-type", "int",
                  "-o", str(out)]) == 0

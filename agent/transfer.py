@@ -1,0 +1,113 @@
+"""The seam between the agent's daemon and whatever moves a version's bytes.
+
+The daemon decides *what* to fetch, verifies it and installs it; a :class:`Transfer`
+moves the bytes. Two implementations exist:
+
+- ``agent.swarm.Swarm``: one libtorrent session; pieces from peers (tracker, DHT, LSD),
+  the origin as a BEP 19 web seed added at run time;
+- ``agent.direct.DirectTransfer``: a plain download from the origin (no peers), used by
+  fast tests and as the "fleet without P2P" baseline of the swarm benchmark.
+
+Contract for implementations: every method is called from the daemon's one thread and
+returns quickly (no method blocks on the network, except ``save_resume_data``, which is
+bounded by its timeout). Failures of one version are reported in its status
+(``state == "error"``), never raised from ``poll``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
+
+TransferState = Literal["checking", "downloading", "seeding", "paused", "error"]
+
+
+@dataclass(frozen=True)
+class OriginURL:
+    """A URL of the version's file at the origin, and when it stops working.
+
+    ``expires_at`` is a ``time.time()`` instant (presigned S3 URLs expire), or None for a
+    URL that does not expire (a CDN). Implementations ask for a fresh URL before expiry.
+    """
+
+    url: str
+    expires_at: float | None = None
+
+
+OriginURLFactory = Callable[[], OriginURL]
+"""Returns a (fresh) origin URL for one version's file."""
+
+
+@dataclass(frozen=True)
+class TransferStatus:
+    """A snapshot of one version's transfer."""
+
+    version: int
+    state: TransferState
+    progress: float
+    """Fraction of the file verified and on disk, 0..1."""
+    total_bytes: int
+    bytes_from_peers: int
+    """Payload bytes received from other agents."""
+    bytes_from_origin: int
+    """Payload bytes received from the origin (web seed or direct download)."""
+    bytes_uploaded: int
+    """Payload bytes sent to other agents."""
+    peers: int
+    """Connected peers (not counting the origin)."""
+    hash_failures: int
+    """Pieces that failed their hash check (corrupt data from some source)."""
+    finished: bool
+    """Every piece is on disk and passed its hash check."""
+    error: str | None = None
+
+
+class Transfer(Protocol):
+    """Moves the bytes of versions: download, then keep serving them to peers."""
+
+    def start_download(
+        self,
+        version: int,
+        torrent: bytes,
+        save_dir: Path,
+        origin: OriginURLFactory | None,
+        *,
+        resume_data: bytes | None = None,
+    ) -> None:
+        """Begin fetching ``version`` into ``save_dir`` (a staging directory).
+
+        ``torrent`` is the .torrent file's bytes (one file, named in the torrent);
+        ``origin`` gives the origin URL of that file, or None for peers only.
+        ``resume_data`` continues an interrupted download.
+        """
+        ...
+
+    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
+        """Serve an installed, already verified version from ``file_dir`` to peers."""
+        ...
+
+    def remove(self, version: int) -> None:
+        """Stop downloading or seeding ``version``; its files are left where they are."""
+        ...
+
+    def status(self, version: int) -> TransferStatus | None:
+        """The version's status, or None when it is not being transferred."""
+        ...
+
+    def versions(self) -> list[int]:
+        """Versions being downloaded or seeded."""
+        ...
+
+    def poll(self) -> None:
+        """Do periodic work: process events, apply the origin policy, refresh URLs."""
+        ...
+
+    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
+        """Resume data of the unfinished downloads, by version."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything and release the listening sockets."""
+        ...

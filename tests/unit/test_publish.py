@@ -1,0 +1,193 @@
+"""The publish protocol against the in-memory store: versions, claims, races, latest.json."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bloomswarm.common.errors import StorageError
+from bloomswarm.common.manifest import (
+    LATEST_KEY,
+    Pointer,
+    manifest_key,
+    read_pointer_unverified,
+    seal_pointer,
+    signature_key,
+)
+from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.publisher.publish import MAX_CLAIM_ATTEMPTS, forward_to, publish_filter
+from bloomswarm.publisher.versions import scan_versions
+from tests.unit.publishing_helpers import (
+    check_version,
+    latest_pointer,
+    make_builder,
+    make_config,
+    new_key,
+)
+
+KEY = new_key()
+PUBLIC = [KEY.public_key()]
+CONFIG = make_config()
+
+
+def _publish(store: MemoryObjectStore, keys: list[str], **kwargs: Any) -> Any:
+    return publish_filter(store, CONFIG, make_builder(keys), KEY, "files-sha256:test",
+                          progress=False, **kwargs)
+
+
+def test_publishes_consecutive_versions_and_moves_latest() -> None:
+    store = MemoryObjectStore()
+    first = _publish(store, ["a", "b"])
+    second = _publish(store, ["a", "b", "c"])
+    assert (first.status, first.version, second.status, second.version) == (
+        "published", 1, "published", 2)
+    assert first.latest_moved and second.latest_moved and second.lost_claims == 0
+    for version in (1, 2):
+        manifest = check_version(store, version, PUBLIC)
+        assert manifest.publisher_id == "unit-test"
+        assert manifest.source_fingerprint == "files-sha256:test"
+        assert manifest.filter_key.startswith(f"v{version}/") and manifest.filter.key_count == version + 1
+    pointer = latest_pointer(store, PUBLIC)
+    assert (pointer.version, pointer.sequence, pointer.pinned) == (2, 2, False)
+    assert pointer.manifest_key == manifest_key(2)
+
+
+def test_unchanged_filter_publishes_nothing_unless_forced() -> None:
+    store = MemoryObjectStore()
+    _publish(store, ["a", "b"])
+    objects = store.list()
+    result = _publish(store, ["b", "a"])  # same keys, other order: same bits
+    assert (result.status, result.version) == ("unchanged", 1)
+    assert store.list() == objects
+    forced = _publish(store, ["a", "b"], force=True)
+    assert (forced.status, forced.version, forced.latest_moved) == ("published", 2, True)
+    other_params = publish_filter(store, CONFIG, make_builder(["a", "b"], capacity=5000), KEY,
+                                  "x", progress=False)
+    assert other_params.status == "published"
+
+
+class ClaimStealingStore(MemoryObjectStore):
+    """Lets a rival publisher claim each version number just before we do, ``steals`` times."""
+
+    def __init__(self, steals: int) -> None:
+        super().__init__()
+        self.steals = steals
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if key.endswith("/manifest.json") and kwargs.get("if_none_match_any") and self.steals:
+            self.steals -= 1
+            super().put(key, b"{}", if_none_match_any=True)  # the rival's claim
+        return super().put(key, data, **kwargs)
+
+
+def test_lost_claim_retries_with_the_next_number_and_rewrites_the_header() -> None:
+    store = ClaimStealingStore(steals=2)
+    result = _publish(store, ["a"])
+    assert (result.status, result.version, result.lost_claims) == ("published", 3, 2)
+    manifest = check_version(store, 3, PUBLIC)  # header says version 3
+    assert manifest.version == 3
+    # the two losing uploads sit in attempt folders of v1 and v2, never named by a manifest
+    folders = scan_versions(store)
+    assert all(len(folders[n].attempts()) == 1 for n in (1, 2))
+    assert latest_pointer(store, PUBLIC).version == 3
+
+
+def test_gives_up_after_bounded_claim_attempts() -> None:
+    store = ClaimStealingStore(steals=MAX_CLAIM_ATTEMPTS)
+    with pytest.raises(StorageError, match="other publishers took 5 version numbers"):
+        _publish(store, ["a"])
+    assert not store.exists(LATEST_KEY)
+
+
+def test_skips_numbers_claimed_while_building() -> None:
+    store = MemoryObjectStore()
+    _publish(store, ["a"])
+    store.put(manifest_key(2), b"{}")  # a rival claimed v2 but has not moved latest yet
+    result = _publish(store, ["b"])
+    assert (result.version, result.lost_claims) == (3, 0)  # seen in the listing
+    assert latest_pointer(store, PUBLIC).version == 3
+
+
+def test_latest_never_moves_backwards() -> None:
+    store = MemoryObjectStore()
+    _publish(store, ["a"])
+    rival = Pointer(version=9, manifest_key=manifest_key(9), sequence=7, issued_at=1,
+                    publisher_id="rival")
+    store.put(LATEST_KEY, seal_pointer(rival, KEY))
+    result = _publish(store, ["b"])
+    assert result.version == 10  # numbers continue above latest
+    assert result.latest_moved and latest_pointer(store, PUBLIC).sequence == 8
+    decide = forward_to(5)
+    assert decide(rival) is None
+    assert decide(None) is not None
+
+
+def test_pinned_fleet_gets_new_versions_but_latest_stays() -> None:
+    store = MemoryObjectStore()
+    _publish(store, ["a"])
+    pinned = Pointer(version=1, manifest_key=manifest_key(1), sequence=2, issued_at=1,
+                     publisher_id="op", pinned=True)
+    store.put(LATEST_KEY, seal_pointer(pinned, KEY))
+    result = _publish(store, ["b"])
+    assert (result.status, result.version) == ("published", 2)
+    assert not result.latest_moved and result.pinned_at == 1
+    assert latest_pointer(store, PUBLIC) == pinned
+    check_version(store, 2, PUBLIC)
+
+
+class LatestRacingStore(MemoryObjectStore):
+    """Another writer rewrites latest.json (still naming v1) right before each of our next
+    ``races`` compare-and-swap writes."""
+
+    races = 0
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if key == LATEST_KEY and self.races and kwargs.get("if_match"):
+            self.races -= 1
+            sequence = read_pointer_unverified(self.get(LATEST_KEY).data).sequence  # type: ignore[union-attr]
+            rival = Pointer(version=1, manifest_key=manifest_key(1), sequence=sequence + 1,
+                            issued_at=1, publisher_id="rival")
+            super().put(LATEST_KEY, seal_pointer(rival, KEY))
+        return super().put(key, data, **kwargs)
+
+
+def test_compare_and_swap_retries_when_latest_moved_meanwhile() -> None:
+    store = LatestRacingStore()
+    _publish(store, ["a"])
+    store.races = 3
+    result = _publish(store, ["b"])
+    assert result.latest_moved and store.races == 0
+    pointer = latest_pointer(store, PUBLIC)
+    assert (pointer.version, pointer.sequence) == (2, 5)  # ours (1), 3 rival writes, ours
+
+
+def test_conditional_writes_are_used(tmp_path: Path) -> None:
+    """The manifest is created with If-None-Match and latest.json moved with If-Match."""
+    calls: list[tuple[str, dict[str, Any]]] = []
+
+    class Recording(MemoryObjectStore):
+        def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+            calls.append((key, kwargs))
+            return super().put(key, data, **kwargs)
+
+    store = Recording()
+    _publish(store, ["a"])
+    _publish(store, ["b"])
+    order = [key.rsplit("/", 1)[-1] for key, _ in calls]
+    assert order == ["filter.bsf", "filter.torrent", "manifest.json", "manifest.json.sig",
+                     "latest.json"] * 2
+    by_key = {key: kwargs for key, kwargs in calls}
+    assert by_key[manifest_key(2)]["if_none_match_any"] is True
+    assert calls[4][1].get("if_none_match_any") is True  # first latest.json: create
+    assert calls[-1][1].get("if_match")  # second: compare-and-swap
+    assert not by_key[signature_key(2)].get("if_match")
+
+
+def test_work_dir_is_used_and_cleaned(tmp_path: Path) -> None:
+    store = MemoryObjectStore()
+    config = dataclasses.replace(CONFIG, work_dir=tmp_path)
+    publish_filter(store, config, make_builder(["a"]), KEY, "f", progress=False)
+    assert list(tmp_path.iterdir()) == []

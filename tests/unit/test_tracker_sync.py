@@ -1,0 +1,96 @@
+"""tracker-sync: whitelist content, atomic and idempotent writes, SIGHUP to the tracker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.manifest import signature_key
+from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
+from bloomswarm.publisher.versions import read_manifest
+from tests.unit.publishing_helpers import make_builder, make_config, new_key
+
+KEY = new_key()
+CONFIG = make_config()
+
+HUP_RECORDER = """
+import signal, sys, time
+path = sys.argv[1]
+signal.signal(signal.SIGHUP, lambda *_: open(path, "a").write("hup\\n"))
+open(path + ".ready", "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _published(count: int) -> MemoryObjectStore:
+    store = MemoryObjectStore()
+    for n in range(count):
+        publish_filter(store, CONFIG, make_builder([f"k{n}"]), KEY, "f", progress=False)
+    return store
+
+
+def test_whitelist_holds_v1_and_truncated_v2_hashes_of_complete_versions(tmp_path: Path) -> None:
+    store = _published(3)
+    store.delete([signature_key(3)])  # an unsigned claim is not a version agents will fetch
+    whitelist = tmp_path / "whitelist.txt"
+    result = sync_whitelist(store, whitelist, public_keys=[KEY.public_key()])
+    expected = sorted(h for v in (1, 2) for m in [read_manifest(store, v)]
+                      for h in (m.info_hash_v1, m.info_hash_v2[:40]))
+    assert whitelist.read_text().splitlines() == expected == list(result.hashes)
+    assert result.versions == (1, 2) and result.changed and result.signalled_pid is None
+    assert oct(whitelist.stat().st_mode & 0o777) == "0o644"
+    again = sync_whitelist(store, whitelist)
+    assert not again.changed and again.hashes == result.hashes
+
+
+def test_versions_signed_by_an_unknown_key_are_left_out(tmp_path: Path) -> None:
+    store = _published(2)
+    result = sync_whitelist(store, tmp_path / "w", public_keys=[new_key().public_key()])
+    assert result.versions == () and (tmp_path / "w").read_text() == ""
+
+
+def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> None:
+    log = tmp_path / "hups"
+    tracker = subprocess.Popen([sys.executable, "-c", HUP_RECORDER, str(log)])
+    try:
+        deadline = time.monotonic() + 20
+        while not Path(f"{log}.ready").exists():
+            assert time.monotonic() < deadline and tracker.poll() is None
+            time.sleep(0.02)
+        pid_file = tmp_path / "tracker.pid"
+        pid_file.write_text(f"{tracker.pid}\n")
+        store = _published(1)
+        whitelist = tmp_path / "whitelist.txt"
+        first = sync_whitelist(store, whitelist, tracker_pid=read_pid_file(pid_file))
+        assert first.signalled_pid == tracker.pid
+        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid).signalled_pid is None
+        publish_filter(store, CONFIG, make_builder(["more"]), KEY, "f", progress=False)
+        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid).changed
+        while not log.exists() or log.read_text().count("hup") < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert log.read_text().count("hup") == 2
+    finally:
+        tracker.kill()
+        tracker.wait(timeout=10)
+    with pytest.raises(ConfigError, match="not running"):
+        sync_whitelist(_published(1), tmp_path / "w2", tracker_pid=tracker.pid)
+
+
+def test_pid_file_must_hold_a_pid(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_pid_file(tmp_path / "missing.pid")
+    (tmp_path / "bad.pid").write_text("opentracker\n")
+    with pytest.raises(ConfigError, match="does not hold a PID"):
+        read_pid_file(tmp_path / "bad.pid")
+    (tmp_path / "ok.pid").write_text(f"{os.getpid()}\n")
+    assert read_pid_file(tmp_path / "ok.pid") == os.getpid()
