@@ -36,7 +36,7 @@ done
 log "virtual environment $venv"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q ".[dev,dask,parquet,bench]"
+BLOOMSWARM_REQUIRE_EXTENSION=1 "$venv/bin/python" -m pip install -q ".[dev,dask,parquet,bench]"
 "$venv/bin/python" -c "from bloomswarm.common.fastpath import EXTENSION; print('  C extension:', 'built' if EXTENSION else 'NOT built (pure-Python path)')"
 
 log "ruff"
