@@ -49,16 +49,17 @@ def test_wheel_built_without_a_compiler_works(tmp_path: Path) -> None:
         "from bloomswarm.common import Filter, FilterBuilder\n"
         "import bloomswarm, numpy as np\n"
         "assert EXTENSION is None, EXTENSION\n"
-        "assert bloomswarm.__file__.startswith(%r), bloomswarm.__file__\n"
+        "assert bloomswarm.__file__.startswith(sys.argv[1]), bloomswarm.__file__\n"
         "b = FilterBuilder.for_capacity(1000, 0.01)\n"
         "b.add_many(['a', b'b', 3]); b.add_many(np.arange(10, dtype=np.uint64))\n"
-        "b.write(%r)\n"
-        "f = Filter.open(%r)\n"
+        "b.write(sys.argv[2])\n"
+        "f = Filter.open(sys.argv[2])\n"
         "assert f.engine == 'python' and 'a' in f and b'b' in f and 3 in f\n"
         "assert f.contains_many(np.arange(10, dtype=np.uint64)).all()\n"
         "print('ok')\n"
-    ) % (str(tmp_path / "site"), str(tmp_path / "f.bsf"), str(tmp_path / "f.bsf"))
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+    )
+    run = subprocess.run([sys.executable, "-c", script, str(tmp_path / "site"), str(tmp_path / "f.bsf")],
+                         capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path, check=False)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "ok"
