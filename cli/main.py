@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from bloomswarm.common.errors import BloomswarmError
 
-from . import demo, filter_commands, publish_commands
+from . import agent_commands, demo, filter_commands, publish_commands
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     filter_commands.register(commands)
     publish_commands.register(commands)
+    agent_commands.register(commands)
     demo.register(commands)
     return parser
 

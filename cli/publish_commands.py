@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import logging
 import os
 import signal
 import threading
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.errors import BloomswarmError, ConfigError, FormatError, ObjectNotFound
 from bloomswarm.common.manifest import LATEST_KEY
 from bloomswarm.common.signing import (
     SigningKey,
@@ -44,6 +45,8 @@ from .arguments import fpp_value, layout_value, positive_int, seed_value
 from .filter_commands import _add_key_options, add_build_engine_options
 
 CONFIG_ENV = "BLOOMSWARM_CONFIG"
+
+log = logging.getLogger("bloomswarm.cli")
 
 
 def register(commands: Any) -> None:
@@ -214,7 +217,11 @@ def run_publish(args: argparse.Namespace) -> int:
                   "(bloomswarm unpin releases it)", flush=True)
         elif result.latest is not None:
             print(f"latest.json already names v{result.latest.version}: left alone", flush=True)
-        plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
+        try:
+            plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
+        except BloomswarmError as exc:  # the version is out; the next publish retries this
+            log.warning("retention failed: %s", exc)
+            return
         if plan.delete_keys or plan.abort_uploads:
             print(f"retention: deleted {len(plan.delete_keys)} objects "
                   f"(versions {_ranges(plan.deleted_versions) or 'none'}), "
@@ -237,6 +244,9 @@ def run_keygen(args: argparse.Namespace) -> int:
     public: Path = args.public or private.with_suffix(".pub")
     if public == private:
         raise ConfigError(f"the public key needs another file name than {private}")
+    for path in (private, public):
+        if path.exists() or path.is_symlink():
+            raise ConfigError(f"{path} already exists: refusing to overwrite a key")
     key_id = write_keypair(private, public)
     print(f"wrote private key {private} (mode 0600) and public key {public}, key id {key_id}")
     print("give the public key to every agent before publishing with the private key")
@@ -283,11 +293,15 @@ def run_versions(args: argparse.Namespace) -> int:
             state = "latest, pinned" if latest.pointer.pinned else "latest"
         size = created = keys = ""
         if folder.claimed:
-            manifest = read_manifest(store, version)
-            size = f"{manifest.size:,}"
-            created = dt.datetime.fromtimestamp(manifest.created_at, dt.timezone.utc).strftime(
-                "%Y-%m-%d %H:%M:%S")
-            keys = f"{manifest.filter.key_count:,}"
+            try:
+                manifest = read_manifest(store, version)
+            except (FormatError, ObjectNotFound) as exc:
+                state = f"unreadable manifest: {exc}"[:60]
+            else:
+                size = f"{manifest.size:,}"
+                created = dt.datetime.fromtimestamp(
+                    manifest.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+                keys = f"{manifest.filter.key_count:,}"
         print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys}")
     return 0
 
@@ -322,7 +336,10 @@ def run_tracker_sync(args: argparse.Namespace) -> int:
     if args.watch:
         with _stop_on_signals() as stop:
             while not stop.wait(config.tracker.interval_s):
-                sync_once()
+                try:
+                    sync_once()
+                except BloomswarmError as exc:  # keep the tracker's last whitelist; retry
+                    log.error("tracker-sync failed: %s", exc)
     return 0
 
 

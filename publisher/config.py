@@ -243,10 +243,7 @@ def _assemble(values: Mapping[str, object]) -> PublisherConfig:
         sub = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(section + ".")}
         if sub or section == "s3":
             top[section] = cls(**sub)
-    try:
-        return PublisherConfig(**top)  # type: ignore[arg-type]
-    except TypeError as exc:  # a dataclass refusing a value it cannot take
-        raise ConfigError(f"invalid configuration: {exc}") from exc
+    return PublisherConfig(**top)  # type: ignore[arg-type]  # values were type-checked above
 
 
 # --- typing values ------------------------------------------------------------------------

@@ -121,12 +121,12 @@ def publish_filter(
     """
     latest = read_latest(store)
     folders = scan_versions(store)
-    header = builder.header()
     if latest is not None and not force:
         previous = _manifest_or_none(store, latest.pointer.version)
-        if previous is not None and same_filter(previous, header):
+        if previous is not None and same_filter(previous, builder.header()):
             return PublishResult("unchanged", previous.version, previous, latest.pointer)
-    version = max([latest.pointer.version if latest else 0, *folders]) + 1
+    claimed = [n for n, folder in folders.items() if folder.claimed]
+    version = max([latest.pointer.version if latest else 0, *claimed]) + 1
     created_at = int(now())
     lost = 0
     with tempfile.TemporaryDirectory(prefix="bloomswarm-publish-", dir=config.work_dir) as tmp:
@@ -137,7 +137,7 @@ def publish_filter(
                     f"gave up after other publishers took {lost} version numbers in a row "
                     f"(up to v{version - 1}); try again"
                 )
-            if store.exists(manifest_key(version)):  # taken while we built: skip the upload
+            if store.exists(manifest_key(version)):  # taken since we listed: skip the upload
                 log.info("v%d was claimed by another publisher; trying v%d", version, version + 1)
                 lost, version = lost + 1, version + 1
                 continue

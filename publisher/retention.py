@@ -16,6 +16,7 @@ What is deleted:
 - attempt folders a kept version's manifest does not name (racing losers: a claimed
   version's manifest never changes, so they can go at once), and stale ones under
   unclaimed numbers;
+- a signature left without its manifest by an interrupted retention, below latest;
 - unfinished multipart uploads under version folders older than ``grace_s`` (a publisher
   killed with SIGKILL cannot abort its own). Their age is the later of the store's
   initiation time and the attempt id's time (moto reports a fixed 2010 date).
@@ -35,6 +36,7 @@ from bloomswarm.common.manifest import (
     attempt_started_at,
     manifest_key,
     parse_version_prefix,
+    signature_key,
     version_prefix,
 )
 from bloomswarm.common.storage import ObjectStore, PendingUpload
@@ -88,6 +90,8 @@ def plan_retention(
             kept.append(version)  # a claim whose signature may still come
         else:
             others += _stale_attempts(folder, grace_s, now)
+            if latest is not None and version < latest.pointer.version:
+                others += [k for k in folder.keys if k == signature_key(version)]
     return RetentionPlan(
         kept_versions=tuple(kept),
         deleted_versions=tuple(deleted),

@@ -12,7 +12,9 @@ from bloomswarm.common.errors import StorageError
 from bloomswarm.common.manifest import (
     LATEST_KEY,
     Pointer,
+    filter_key,
     manifest_key,
+    new_attempt_id,
     read_pointer_unverified,
     seal_pointer,
     signature_key,
@@ -109,6 +111,13 @@ def test_skips_numbers_claimed_while_building() -> None:
     result = _publish(store, ["b"])
     assert (result.version, result.lost_claims) == (3, 0)  # seen in the listing
     assert latest_pointer(store, PUBLIC).version == 3
+
+
+def test_an_abandoned_upload_does_not_leave_a_gap() -> None:
+    store = MemoryObjectStore()
+    _publish(store, ["a"])
+    store.put(filter_key(2, new_attempt_id(0)), b"half")  # a publisher died uploading v2
+    assert _publish(store, ["b"]).version == 2
 
 
 def test_latest_never_moves_backwards() -> None:

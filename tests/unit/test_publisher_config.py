@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,9 @@ def test_bad_file_is_a_config_error_naming_the_setting(tmp_path: Path, text: str
         load_config(_write(tmp_path, text), environ={})
 
 
-def test_bad_environment_value_names_the_variable(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="BLOOMSWARM_S3_MAX_ATTEMPTS: s3.max_attempts must be an integer"):
+def test_bad_environment_value_names_the_variable() -> None:
+    message = re.escape("BLOOMSWARM_S3_MAX_ATTEMPTS: s3.max_attempts must be an integer")
+    with pytest.raises(ConfigError, match=message):
         load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_S3_MAX_ATTEMPTS": "many"})
     with pytest.raises(ConfigError, match="must be true or false"):
         load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_S3_CHECKSUM_SHA256": "maybe"})
@@ -113,3 +115,12 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 def test_unknown_override_is_refused() -> None:
     with pytest.raises(ConfigError, match="unknown setting 'colour'"):
         load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc"}, overrides={"colour": "red"})
+
+
+def test_the_deploy_example_loads_and_names_every_setting() -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "publisher.toml"
+    config = load_config(example, environ={})
+    assert config.s3.bucket == "bloomswarm-filters" and config.tracker.interval_s == 30.0
+    text = example.read_text()
+    for name in SETTINGS:
+        assert f"{name.rsplit('.', 1)[-1]} = " in text, f"deploy/publisher.toml lacks {name}"

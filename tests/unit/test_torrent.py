@@ -52,6 +52,7 @@ def test_hybrid_torrent_with_trackers_and_no_web_seed(tmp_path: Path) -> None:
     torrent = make_torrent(path, trackers=trackers, piece_size=64 << 10, progress=False)
     params = lt.load_torrent_buffer(torrent.data)
     info = params.ti
+    assert info is not None
     assert info.name() == "filter.bsf" and info.total_size() == 1 << 20
     assert info.piece_length() == torrent.piece_size == 64 << 10
     hashes = info.info_hashes()
