@@ -1,0 +1,573 @@
+"""The agent's loop: learn of a version, fetch it, pass the swap gate, install, flip, seed, collect.
+
+One thread runs everything (the transfer's own threads aside)::
+
+    every poll interval (+ jitter):  source.latest()  -> version_policy.decide()
+    a version to install:            check_capacity() -> transfer.start_download(staging/vN)
+    every tick:                      transfer.poll(), transfer.status(vN)
+    download finished:               verify_download() -> transfer.remove(vN) -> install_version()
+                                     -> flip current -> transfer.seed(versions/vN) -> GC
+
+Failure handling — the version ``current`` points at keeps serving through all of it:
+
+- the source cannot be read (origin down): ``origin_errors_total``, a log line, the next
+  poll after an exponential backoff;
+- an announcement or a download fails a check: ``verification_failures_total{check}``,
+  an error log line, no swap, a retry after backoff (a corrupt download is deleted; an
+  interrupted one is kept and resumed);
+- a pointer is refused by policy (replay, downgrade), or a version does not fit
+  (size, disk): ``refusals_total{reason}`` and a log line; a refused download is retried
+  after backoff, since disk space can be freed.
+
+Restarts: installed versions are seeded again from ``versions/vN`` (their torrent is kept
+beside them); an unfinished download is resumed from ``staging/vN``, whose signed
+documents are verified again with the keys configured now, together with the resume
+data saved every ``resume_save_interval_s`` and at shutdown. The last accepted pointer
+sequence is kept in ``state.json`` so that a replayed old pointer is refused after a
+restart too.
+
+Log lines are logfmt (``event=... key=value``), see :mod:`.logfmt`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomswarm.common.atomic_file import write_atomically
+from bloomswarm.common.datadir import FILTER_FILE, STAGING, current_version, version_dir
+from bloomswarm.common.errors import BloomswarmError, FormatError, ObjectNotFound
+from bloomswarm.common.header import read_header
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.signing import VerifyKey
+
+from .announcements import Announcement, AnnouncementSource, SignedDocuments, open_announcement
+from .backoff import Backoff
+from .config import AgentConfig
+from .gc import collect_garbage, installed_versions
+from .install import (
+    MANIFEST_FILE,
+    SIGNATURE_FILE,
+    TORRENT_FILE,
+    DownloadRefused,
+    activate,
+    check_capacity,
+    install_version,
+    is_installed,
+    prepare_data_dir,
+    read_last_sequence,
+    read_metadata,
+    remove_tree,
+    staging_dir,
+    write_last_sequence,
+)
+from .logfmt import log_event, logfmt
+from .metrics import AgentMetrics
+from .origin import Origin
+from .transfer import Transfer, TransferStatus
+from .verify import CheckFailed, check_file, verify_download
+from .version_policy import Action, decide, next_sequence
+
+log = logging.getLogger("bloomswarm.agent")
+
+RESUME_FILE = ".resume"
+"""Resume data of the download in ``staging/vN``."""
+_DOCUMENTS = {
+    "pointer_envelope": ".latest.json",
+    "manifest": ".manifest.json",
+    "manifest_signature": ".manifest.json.sig",
+    "torrent": ".filter.torrent",
+}
+"""The announcement's signed documents, kept in ``staging/vN`` to resume after a restart."""
+TICK_S = 0.2
+"""Seconds between two iterations of the loop."""
+
+
+@dataclass
+class _Target:
+    """The version being fetched, and its retry state."""
+
+    announcement: Announcement
+    seen_at: float
+    """Monotonic time the announcement was first seen (start of the swap latency)."""
+    backoff: Backoff
+    retry_at: float = 0.0
+    """Monotonic time before which no new attempt starts."""
+    started: bool = False
+    """The transfer is working on it."""
+    resume: bytes | None = None
+    """Resume data to pass to the next start_download."""
+
+    @property
+    def version(self) -> int:
+        return self.announcement.version
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.announcement.manifest
+
+
+class AgentDaemon:
+    """The agent. Construct, then :meth:`run` until ``stop`` is set (or drive it with
+    :meth:`start`, :meth:`step` and :meth:`shutdown`, as the tests do).
+
+    ``source``, ``transfer`` and ``origin`` are injected: production passes the S3 or CDN
+    source, the libtorrent swarm and a presigned-URL origin; tests pass in-memory
+    stores and :class:`~.direct.DirectTransfer`. ``origin`` None means peers only.
+    ``public_keys`` verify documents kept from before a restart.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        source: AnnouncementSource,
+        transfer: Transfer,
+        origin: Origin | None,
+        public_keys: Sequence[VerifyKey],
+        *,
+        metrics: AgentMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.data_dir = Path(config.data_dir)
+        self.source = source
+        self.transfer = transfer
+        self.origin = origin
+        self.public_keys = list(public_keys)
+        self.metrics = metrics or AgentMetrics()
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._poll_backoff = self._new_backoff()
+        self._next_poll = 0.0
+        self._next_resume_save = 0.0
+        self._target: _Target | None = None
+        self._last_sequence: int | None = None
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._last_swap: dict[str, Any] | None = None
+        self._status_lock = threading.Lock()
+        self._status: dict[str, Any] = {}
+        self._started = False
+        self._nothing_published = False
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Start, loop until ``stop`` is set, then shut down (resume data saved)."""
+        try:
+            self.start()
+            while not stop.is_set():
+                self.step()
+                stop.wait(TICK_S)
+        finally:
+            self.shutdown()
+
+    def start(self) -> None:
+        """Recover after a (re)start: seed installed versions, resume an unfinished download,
+        clean leftovers. Raises FormatError when state.json is malformed."""
+        prepare_data_dir(self.data_dir)
+        self._last_sequence = read_last_sequence(self.data_dir)
+        current = current_version(self.data_dir)
+        for version in installed_versions(self.data_dir):
+            torrent = read_metadata(self.data_dir, version, TORRENT_FILE)
+            if torrent is None:
+                log_event(log, logging.WARNING, "not_seeding", version=version,
+                          reason="no filter.torrent beside it (not installed by an agent)")
+                continue
+            self._seed(version, torrent)
+        self._publish_current(current)
+        self._target = self._recover_download(current)
+        self._collect()
+        self._started = True
+        log_event(log, logging.INFO, "started", data_dir=self.data_dir, current=current,
+                  resuming=self._target.version if self._target else None,
+                  last_sequence=self._last_sequence)
+        self._refresh_status()
+
+    def shutdown(self) -> None:
+        """Save the unfinished download's resume data, then close the transfer."""
+        try:
+            self._save_resume_data(timeout=5.0)
+        except Exception as exc:
+            log_event(log, logging.WARNING, "resume_save_failed", error=exc)
+        self.transfer.close()
+        log_event(log, logging.INFO, "stopped")
+
+    def step(self) -> None:
+        """One iteration: poll the source when due, drive the download, update metrics.
+
+        Never raises for a failure of the source, the transfer or a check; an unexpected
+        exception is logged with its traceback and the loop goes on.
+        """
+        if not self._started:
+            raise RuntimeError("call start() first")
+        now = self._clock()
+        try:
+            if now >= self._next_poll:
+                self._poll(now)
+            self.transfer.poll()
+            self._advance(self._clock())
+            if now >= self._next_resume_save:
+                self._next_resume_save = now + self.config.resume_save_interval_s
+                self._save_resume_data(timeout=2.0)
+            self._observe()
+        except Exception as exc:  # a bug must not stop the agent serving
+            log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
+            self._error(f"internal error: {exc}")
+
+    # -- learning of versions ------------------------------------------------------------
+
+    def _poll(self, now: float) -> None:
+        self._next_poll = now + self._poll_interval()  # also when latest() has a bug
+        try:
+            announcement = self.source.latest()
+        except ObjectNotFound as exc:
+            self._poll_backoff.reset()
+            if not self._nothing_published:  # once, not every poll
+                log_event(log, logging.INFO, "nothing_published", detail=exc)
+            self._nothing_published = True
+            return
+        except CheckFailed as exc:
+            self.metrics.verification_failures.labels(exc.check).inc()
+            self._retry_poll(now, "announcement_refused", exc, check=exc.check)
+            return
+        except (BloomswarmError, OSError) as exc:
+            self.metrics.origin_errors.inc()
+            self._retry_poll(now, "origin_error", exc)
+            return
+        self._nothing_published = False
+        if self._poll_backoff.failures:
+            log_event(log, logging.INFO, "origin_recovered", after_failures=self._poll_backoff.failures)
+            self._poll_backoff.reset()
+        if announcement is not None:
+            self._consider(announcement, now)
+
+    def _retry_poll(self, now: float, event: str, exc: BaseException, **fields: object) -> None:
+        delay = self._poll_backoff.next_delay()
+        self._next_poll = now + delay
+        self._error(str(exc))
+        log_event(log, logging.ERROR if event != "origin_error" else logging.WARNING, event,
+                  **fields, error=exc, retry_in_s=delay)
+
+    def _poll_interval(self) -> float:
+        watch = self.config.watch
+        return watch.poll_interval_s + self._rng.uniform(0.0, watch.poll_jitter_s)
+
+    def _consider(self, announcement: Announcement, now: float) -> None:
+        pointer = announcement.pointer
+        installed = current_version(self.data_dir)
+        decision = decide(pointer, installed, self._last_sequence)
+        log_event(log, logging.INFO, "announcement", version=pointer.version,
+                  sequence=pointer.sequence, pinned=pointer.pinned, installed=installed,
+                  decision=decision.reason)
+        if not decision.accepted:
+            self.metrics.refusals.labels(decision.reason).inc()
+            self._error(decision.detail)
+            log_event(log, logging.WARNING, "refused", reason=decision.reason,
+                      detail=decision.detail)
+            return
+        sequence = next_sequence(decision, pointer, self._last_sequence)
+        if sequence != self._last_sequence:
+            write_last_sequence(self.data_dir, sequence)
+            self._last_sequence = sequence
+        target = self._target
+        if decision.action is Action.KEEP:
+            if target is not None:
+                self._abandon(target, f"v{pointer.version} is wanted again, and installed")
+            return
+        if target is not None and target.version == announcement.version:
+            target.announcement = announcement  # the same version, re-announced (e.g. pinned)
+            return
+        if target is not None:
+            self._abandon(target, f"v{announcement.version} was announced")
+        self._target = _Target(announcement, seen_at=now, backoff=self._new_backoff())
+
+    def _abandon(self, target: _Target, why: str) -> None:
+        self._remove_transfer(target.version)
+        remove_tree(staging_dir(self.data_dir, target.version))
+        self._target = None
+        log_event(log, logging.INFO, "download_abandoned", version=target.version, reason=why)
+
+    # -- fetching, verifying, installing -------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        target = self._target
+        if target is None:
+            return
+        try:
+            self._drive(target, now)
+        except Exception as exc:  # the transfer or the disk refused: retry later, no hot loop
+            log.debug("driving v%d failed", target.version, exc_info=True)
+            self.metrics.transfer_errors.inc()
+            with contextlib.suppress(Exception):
+                self._remove_transfer(target.version)
+            if self._target is target:
+                self._fail(target, now, "download_failed", f"{type(exc).__name__}: {exc}")
+
+    def _drive(self, target: _Target, now: float) -> None:
+        if not target.started:
+            if now >= target.retry_at:
+                self._begin(target, now)
+            return
+        status = self.transfer.status(target.version)
+        if status is None or status.state == "error":
+            self.metrics.transfer_errors.inc()
+            self._remove_transfer(target.version)
+            error = status.error if status is not None else "the transfer lost the download"
+            self._fail(target, now, "download_failed", error or "unknown error")
+            return
+        if status.finished:
+            self._finish(target, status, now)
+
+    def _begin(self, target: _Target, now: float) -> None:
+        version, manifest = target.version, target.manifest
+        if is_installed(self.data_dir, version):
+            self._reinstate(target, now)
+            return
+        staging = staging_dir(self.data_dir, version)
+        partial = staging / FILTER_FILE
+        present = partial.stat().st_size if partial.is_file() else 0
+        try:
+            check_capacity(self.data_dir, manifest.size, max_file_size=self.config.install.max_file_size,
+                           margin=self.config.install.disk_margin_bytes, already_present=present)
+        except DownloadRefused as exc:
+            self.metrics.refusals.labels(exc.reason).inc()
+            self._fail(target, now, "download_refused", str(exc), reason=exc.reason)
+            return
+        staging.mkdir(parents=True, exist_ok=True)
+        self._store_documents(staging, target.announcement.documents)
+        resume = target.resume
+        if resume is None:
+            with contextlib.suppress(FileNotFoundError):
+                resume = (staging / RESUME_FILE).read_bytes()
+        origin = self.origin.url_factory(manifest.filter_key) if self.origin is not None else None
+        self.transfer.start_download(version, target.announcement.torrent, staging, origin,
+                                     resume_data=resume)
+        target.started, target.resume = True, None
+        log_event(log, logging.INFO, "download_started", version=version, size=manifest.size,
+                  resumed_bytes=present or None, attempt=target.backoff.failures + 1)
+
+    def _finish(self, target: _Target, status: TransferStatus, now: float) -> None:
+        """Verify a finished download (still seeded from staging meanwhile: the transfer
+        only reads a finished file), then install it and seed it from versions/vN."""
+        version, manifest = target.version, target.manifest
+        staging = staging_dir(self.data_dir, version)
+        staged = staging / FILTER_FILE
+        try:
+            verify_download(manifest, target.announcement.torrent, status, staged)
+        except CheckFailed as exc:
+            self.metrics.verification_failures.labels(exc.check).inc()
+            self._remove_transfer(version)
+            remove_tree(staging)  # corrupt content is not worth resuming
+            self._fail(target, now, "verification_failed", str(exc), check=exc.check)
+            return
+        self._remove_transfer(version)  # before the rename: nothing may hold the staged path
+        documents = target.announcement.documents
+        try:
+            install_version(self.data_dir, version, staged, {
+                MANIFEST_FILE: documents.manifest,
+                SIGNATURE_FILE: documents.manifest_signature,
+                TORRENT_FILE: documents.torrent,
+            })
+            self._swap(target, now, downloaded=True)
+        except OSError as exc:  # disk full, permissions: current still serves
+            remove_tree(staging)
+            self._fail(target, now, "install_failed", f"{exc.strerror or exc}: {exc.filename or ''}")
+            return
+        remove_tree(staging)
+        self._seed(version, documents.torrent)
+        self._collect()
+
+    def _reinstate(self, target: _Target, now: float) -> None:
+        """Flip to a version that is still installed (a rollback), after checking it."""
+        path = version_dir(self.data_dir, target.version) / FILTER_FILE
+        try:
+            check_file(target.manifest, path)
+        except CheckFailed as exc:
+            self.metrics.verification_failures.labels(exc.check).inc()
+            if current_version(self.data_dir) != target.version:
+                self._remove_transfer(target.version)
+                remove_tree(version_dir(self.data_dir, target.version))
+            self._fail(target, now, "verification_failed", f"installed copy: {exc}", check=exc.check)
+            return
+        self._swap(target, now, downloaded=False)
+        if target.version not in self.transfer.versions():
+            self._seed(target.version, target.announcement.torrent)
+        self._collect()
+
+    def _swap(self, target: _Target, now: float, *, downloaded: bool) -> None:
+        previous = current_version(self.data_dir)
+        activate(self.data_dir, target.version)
+        latency = self._clock() - target.seen_at
+        self.metrics.record_swap(latency)
+        self._publish_current(target.version)
+        self._target = None
+        self._last_swap = {"version": target.version, "previous": previous,
+                           "latency_s": round(latency, 3), "at": time.time()}
+        log_event(log, logging.INFO, "swapped", version=target.version, previous=previous,
+                  latency_s=latency, downloaded=downloaded, pinned=target.announcement.pointer.pinned)
+
+    def _fail(self, target: _Target, now: float, event: str, error: str, **fields: object) -> None:
+        delay = target.backoff.next_delay()
+        target.started = False
+        target.retry_at = now + delay
+        self._error(f"v{target.version}: {error}")
+        log_event(log, logging.ERROR, event, version=target.version, **fields, error=error,
+                  failures=target.backoff.failures, retry_in_s=delay)
+
+    # -- restarts, resume data, garbage --------------------------------------------------
+
+    def _recover_download(self, current: int | None) -> _Target | None:
+        """The unfinished download in staging/, verified again, if it is still wanted."""
+        candidates: list[_Target] = []
+        for staging in sorted(p for p in (self.data_dir / STAGING).iterdir() if p.is_dir()):
+            try:
+                documents = self._load_documents(staging)
+                if documents is None:
+                    continue
+                announcement = open_announcement(documents, self.public_keys)
+            except (CheckFailed, OSError) as exc:
+                log_event(log, logging.WARNING, "staging_discarded", path=staging, error=exc)
+                continue
+            decision = decide(announcement.pointer, current, self._last_sequence)
+            if decision.action is not Action.INSTALL:
+                continue
+            resume = None
+            with contextlib.suppress(FileNotFoundError):
+                resume = (staging / RESUME_FILE).read_bytes()
+            candidates.append(_Target(announcement, seen_at=self._clock(),
+                                      backoff=self._new_backoff(), resume=resume))
+        if not candidates:
+            return None
+        return max(candidates, key=lambda t: t.announcement.pointer.sequence)
+
+    def _store_documents(self, staging: Path, documents: SignedDocuments) -> None:
+        for attr, name in _DOCUMENTS.items():
+            path = staging / name
+            if not path.exists():
+                write_atomically(path, [getattr(documents, attr)], mode=0o644)
+
+    def _load_documents(self, staging: Path) -> SignedDocuments | None:
+        parts: dict[str, bytes] = {}
+        for attr, name in _DOCUMENTS.items():
+            try:
+                parts[attr] = (staging / name).read_bytes()
+            except FileNotFoundError:
+                return None
+        return SignedDocuments(**parts)
+
+    def _save_resume_data(self, *, timeout: float) -> None:
+        target = self._target
+        if target is None or not target.started:
+            return
+        data = self.transfer.save_resume_data(timeout).get(target.version)
+        staging = staging_dir(self.data_dir, target.version)
+        if data is not None and staging.is_dir():
+            write_atomically(staging / RESUME_FILE, [data], mode=0o644)
+
+    def _collect(self) -> None:
+        downloading = self._target.version if self._target is not None else None
+        collected = collect_garbage(self.data_dir, self.config.install.keep_versions,
+                                    self._remove_transfer, downloading=downloading)
+        if collected.versions or collected.leftovers:
+            log_event(log, logging.INFO, "garbage_collected",
+                      versions=",".join(map(str, collected.versions)) or None,
+                      leftovers=",".join(collected.leftovers) or None)
+
+    def _seed(self, version: int, torrent: bytes) -> None:
+        """Seed an installed version; a failure is logged (the version still serves locally)."""
+        try:
+            self.transfer.seed(version, torrent, version_dir(self.data_dir, version))
+        except Exception as exc:
+            log_event(log, logging.WARNING, "seed_failed", version=version, error=exc)
+
+    def _remove_transfer(self, version: int) -> None:
+        """Stop transferring ``version``, counting its last bytes first."""
+        status = self.transfer.status(version)
+        if status is not None:
+            self.metrics.account(status)
+        self.transfer.remove(version)
+        self.metrics.forget(version)
+
+    # -- status ----------------------------------------------------------------------------
+
+    def _new_backoff(self) -> Backoff:
+        watch = self.config.watch
+        return Backoff(watch.retry_initial_s, watch.retry_max_s, rng=self._rng)
+
+    def _error(self, message: str) -> None:
+        self._last_error, self._last_error_at = message, time.time()
+
+    def _publish_current(self, version: int | None) -> None:
+        created_at: float | None = None
+        if version is not None:
+            created_at = self._created_at(version)
+        self.metrics.set_current(version, created_at)
+
+    def _created_at(self, version: int) -> float | None:
+        data = read_metadata(self.data_dir, version, MANIFEST_FILE)
+        try:
+            if data is not None:
+                return float(Manifest.from_bytes(data).created_at)
+            return float(read_header(str(version_dir(self.data_dir, version) / FILTER_FILE)).created_at)
+        except (FormatError, OSError):
+            return None
+
+    def _observe(self) -> None:
+        statuses = [s for v in self.transfer.versions() if (s := self.transfer.status(v)) is not None]
+        downloading = self._target.version if self._target is not None else None
+        self.metrics.observe_transfers(statuses, downloading)
+        self._refresh_status(statuses)
+
+    def _refresh_status(self, statuses: list[TransferStatus] | None = None) -> None:
+        statuses = statuses or []
+        target = self._target
+        by_version = {s.version: s for s in statuses}
+        download: dict[str, Any] | None = None
+        if target is not None:
+            status = by_version.get(target.version)
+            download = {
+                "version": target.version,
+                "size": target.manifest.size,
+                "state": status.state if status is not None and target.started else "waiting",
+                "progress": status.progress if status is not None and target.started else 0.0,
+                "peers": status.peers if status is not None else 0,
+                "retry_in_s": max(target.retry_at - self._clock(), 0.0) if not target.started else None,
+                "failures": target.backoff.failures,
+            }
+        snapshot = {
+            "data_dir": str(self.data_dir),
+            "ready": self.metrics.is_ready,
+            "current_version": current_version(self.data_dir),
+            "installed_versions": installed_versions(self.data_dir),
+            "seeding": sorted(s.version for s in statuses if s.state == "seeding"),
+            "download": download,
+            "last_sequence": self._last_sequence,
+            "last_swap": self._last_swap,
+            "last_error": self._last_error,
+            "last_error_at": self._last_error_at,
+            "metrics": self.metrics.samples(),
+        }
+        with self._status_lock:
+            self._status = snapshot
+
+    def status(self) -> dict[str, Any]:
+        """The latest status snapshot (thread-safe; served as /status)."""
+        with self._status_lock:
+            return dict(self._status)
+
+    @property
+    def target_version(self) -> int | None:
+        """The version being fetched (or waiting for a retry), if any."""
+        return self._target.version if self._target is not None else None
+
+
+__all__ = ["RESUME_FILE", "AgentDaemon"]

@@ -1,0 +1,245 @@
+"""DirectTransfer: a :class:`~.transfer.Transfer` that fetches the file from the origin over HTTP.
+
+No peers, no pieces: one background thread per version GETs the origin URL and appends
+to ``save_dir/filter.bsf`` in bounded chunks, continuing an interrupted download with a
+``Range`` request from the bytes already on disk. It checks nothing about the content —
+the daemon's swap gate does (size, SHA-256, header). It is the fast tests' transfer and
+the swarm benchmark's "every agent from the origin" baseline; its ``seed`` only records
+the version (nothing is served).
+
+Resume data is the byte offset, but the file itself is the truth: a download always
+continues from the bytes on disk (every byte written is at its final offset).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import DirectConfig
+from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
+from .verify import CheckFailed, read_torrent
+
+log = logging.getLogger("bloomswarm.agent.direct")
+
+_ATTEMPTS = 3
+"""HTTP attempts per start_download before the version reports an error."""
+_JOIN_TIMEOUT_S = 2.0
+
+
+@dataclass
+class _Job:
+    """One version's download (or a recorded seed), shared with its thread under a lock."""
+
+    version: int
+    path: Path
+    total: int
+    state: TransferState
+    on_disk: int = 0
+    received: int = 0
+    error: str | None = None
+    stop: threading.Event | None = None
+    thread: threading.Thread | None = None
+
+    def snapshot(self) -> TransferStatus:
+        finished = self.state == "seeding"
+        return TransferStatus(
+            version=self.version,
+            state=self.state,
+            progress=1.0 if finished else min(self.on_disk / self.total, 1.0) if self.total else 0.0,
+            total_bytes=self.total,
+            bytes_from_peers=0,
+            bytes_from_origin=self.received,
+            bytes_uploaded=0,
+            peers=0,
+            hash_failures=0,
+            finished=finished,
+            error=self.error,
+        )
+
+
+class _Stopped(Exception):
+    """The job was removed while it ran."""
+
+
+class DirectTransfer:
+    """Downloads versions straight from their origin URL. Thread-safe; see module docstring."""
+
+    def __init__(self, config: DirectConfig | None = None) -> None:
+        self.config = config or DirectConfig()
+        self._jobs: dict[int, _Job] = {}
+        self._lock = threading.Lock()
+
+    def start_download(
+        self,
+        version: int,
+        torrent: bytes,
+        save_dir: Path,
+        origin: OriginURLFactory | None,
+        *,
+        resume_data: bytes | None = None,
+    ) -> None:
+        """See :meth:`Transfer.start_download`. Replaces any job of the same version."""
+        self.remove(version)
+        try:
+            summary = read_torrent(torrent)
+        except CheckFailed as exc:
+            self._set(_Job(version, save_dir, 0, "error", error=str(exc)))
+            return
+        job = _Job(version, save_dir / summary.file_name, summary.total_size, "downloading")
+        if origin is None:
+            job.state, job.error = "error", "the direct transfer needs an origin URL"
+            self._set(job)
+            return
+        job.stop = threading.Event()
+        job.thread = threading.Thread(
+            target=self._run, args=(job, origin), name=f"direct-v{version}", daemon=True
+        )
+        self._set(job)
+        job.thread.start()
+
+    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
+        """Record ``version`` as seeded (nothing is served)."""
+        self.remove(version)
+        try:
+            summary = read_torrent(torrent)
+        except CheckFailed as exc:
+            self._set(_Job(version, file_dir, 0, "error", error=str(exc)))
+            return
+        self._set(
+            _Job(version, file_dir / summary.file_name, summary.total_size, "seeding",
+                 on_disk=summary.total_size)
+        )
+
+    def remove(self, version: int) -> None:
+        """Stop the version's download (waits up to 2 s for its thread) and forget it."""
+        with self._lock:
+            job = self._jobs.pop(version, None)
+        if job is not None and job.stop is not None and job.thread is not None:
+            job.stop.set()
+            job.thread.join(_JOIN_TIMEOUT_S)
+
+    def status(self, version: int) -> TransferStatus | None:
+        """See :meth:`Transfer.status`."""
+        with self._lock:
+            job = self._jobs.get(version)
+            return job.snapshot() if job is not None else None
+
+    def versions(self) -> list[int]:
+        """See :meth:`Transfer.versions`."""
+        with self._lock:
+            return sorted(self._jobs)
+
+    def poll(self) -> None:
+        """Nothing to do: the threads report through the status."""
+
+    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
+        """The byte offset of every unfinished download, as JSON."""
+        with self._lock:
+            return {
+                v: json.dumps({"offset": job.on_disk}).encode()
+                for v, job in self._jobs.items()
+                if job.state == "downloading"
+            }
+
+    def close(self) -> None:
+        """Stop every download."""
+        for version in self.versions():
+            self.remove(version)
+
+    # -- the download thread -------------------------------------------------------------
+
+    def _set(self, job: _Job) -> None:
+        with self._lock:
+            self._jobs[job.version] = job
+
+    def _update(self, job: _Job, **changes: object) -> None:
+        with self._lock:
+            for name, value in changes.items():
+                setattr(job, name, value)
+
+    def _run(self, job: _Job, origin: OriginURLFactory) -> None:
+        assert job.stop is not None
+        error = "no attempt made"
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                self._fetch(job, origin())
+            except _Stopped:
+                return
+            except Exception as exc:  # HTTP, socket, file and URL-factory errors alike
+                error = _describe(exc)
+                log.info("direct download of v%d failed (attempt %d): %s", job.version, attempt, error)
+                if attempt == _ATTEMPTS or not _transient(exc) or job.stop.wait(0.5 * attempt):
+                    break
+                continue
+            self._update(job, state="seeding", error=None)
+            return
+        if not job.stop.is_set():
+            self._update(job, state="error", error=error)
+
+    def _fetch(self, job: _Job, origin: OriginURL) -> None:
+        """GET the rest of the file into ``job.path``; returns when the response ended."""
+        assert job.stop is not None
+        job.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(job.path, "ab") as out:
+            offset = out.seek(0, 2)
+            self._update(job, on_disk=offset)
+            headers = {"Range": f"bytes={offset}-"} if offset else {}
+            request = urllib.request.Request(origin.url, headers=headers)
+            try:
+                response = urllib.request.urlopen(request, timeout=self.config.timeout_s)
+            except urllib.error.HTTPError as exc:
+                exc.close()
+                if exc.code == 416 and offset >= job.total:  # nothing left to fetch
+                    return
+                raise
+            with response:
+                if offset and response.status != 206:  # the server ignored the range
+                    out.truncate(0)
+                    out.seek(0)
+                    offset = 0
+                started = time.monotonic()
+                fetched = 0
+                while chunk := response.read(self.config.chunk_size):
+                    if job.stop.is_set():
+                        raise _Stopped
+                    out.write(chunk)
+                    out.flush()
+                    offset += len(chunk)
+                    fetched += len(chunk)
+                    self._update(job, on_disk=offset, received=job.received + len(chunk))
+                    self._pace(job, fetched, started)
+
+    def _pace(self, job: _Job, fetched: int, started: float) -> None:
+        """Sleep so that the download stays under the configured rate."""
+        rate = self.config.rate_limit_bytes_per_s
+        if rate <= 0:
+            return
+        ahead = fetched / rate - (time.monotonic() - started)
+        assert job.stop is not None
+        if ahead > 0 and job.stop.wait(ahead):
+            raise _Stopped
+
+
+def _transient(exc: BaseException) -> bool:
+    """Worth retrying at once: not a 4xx answer (except timeout and too-many-requests)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code >= 500 or exc.code in (408, 429)
+    return True
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
+
+
+__all__ = ["DirectTransfer"]

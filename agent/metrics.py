@@ -1,0 +1,285 @@
+"""The agent's metrics (Prometheus, in its own registry) and its HTTP endpoint.
+
+Metrics, all prefixed ``bloomswarm_agent_``:
+
+==========================================  =========  ======================================
+name                                        type       meaning
+==========================================  =========  ======================================
+``ready``                                   gauge      1 once a verified version is installed
+``current_version``                         gauge      version ``current`` points at (0: none)
+``current_version_created_timestamp_seconds``  gauge   its creation time (manifest), Unix s
+``current_version_age_seconds``             gauge      now minus that creation time
+``download_version``                        gauge      version being downloaded (0: none)
+``download_progress``                       gauge      its verified fraction, 0..1
+``peers``                                   gauge      connected peers over all transfers
+``bytes_from_peers_total``                  counter    payload bytes received from agents
+``bytes_from_origin_total``                 counter    payload bytes received from the origin
+``bytes_uploaded_total``                    counter    payload bytes sent to agents
+``hash_failures_total``                     counter    pieces that failed their hash check
+``verification_failures_total{check}``      counter    announcements or downloads refused by
+                                                       a failed check (verify.py's labels)
+``refusals_total{reason}``                  counter    pointers or downloads refused by
+                                                       policy: replay, downgrade,
+                                                       file_too_large, disk_space
+``origin_errors_total``                     counter    failed reads of the announcement source
+``transfer_errors_total``                   counter    downloads the transfer reported failed
+``swaps_total``                             counter    flips of ``current``
+``swap_latency_seconds``                    histogram  announcement first seen -> ``current``
+                                                       flipped
+==========================================  =========  ======================================
+
+A dedicated :class:`~prometheus_client.CollectorRegistry` keeps these apart from any
+other metrics of the process (and lets tests build one agent after another).
+
+The endpoint (:class:`StatusServer`, 127.0.0.1 by default) serves ``/healthz`` (200 while
+the process runs), ``/readyz`` (200 once a verified version is installed, else 503),
+``/metrics`` (Prometheus text format) and ``/status`` (JSON, what ``bloomswarm agent
+status`` prints).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+
+from .transfer import TransferStatus
+
+PREFIX = "bloomswarm_agent_"
+SWAP_LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+"""Seconds; from a small file over a fast network to a large file over a slow one."""
+
+
+class AgentMetrics:
+    """The agent's metrics. Methods are thread-safe (prometheus_client's are)."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._clock = clock
+        self._created_at: float | None = None
+        self.ready = Gauge(PREFIX + "ready", "1 once a verified version is installed", registry=r)
+        self.current_version = Gauge(
+            PREFIX + "current_version", "Version current points at (0: none)", registry=r
+        )
+        self.current_created = Gauge(
+            PREFIX + "current_version_created_timestamp_seconds",
+            "Creation time of the current version (from its manifest), Unix seconds",
+            registry=r,
+        )
+        self.current_age = Gauge(
+            PREFIX + "current_version_age_seconds",
+            "Seconds since the current version was created (0: none installed)",
+            registry=r,
+        )
+        self.current_age.set_function(self._age)
+        self.download_version = Gauge(
+            PREFIX + "download_version", "Version being downloaded (0: none)", registry=r
+        )
+        self.download_progress = Gauge(
+            PREFIX + "download_progress", "Verified fraction of the download, 0..1", registry=r
+        )
+        self.peers = Gauge(PREFIX + "peers", "Connected peers over all transfers", registry=r)
+        self.bytes_from_peers = Counter(
+            PREFIX + "bytes_from_peers", "Payload bytes received from other agents", registry=r
+        )
+        self.bytes_from_origin = Counter(
+            PREFIX + "bytes_from_origin", "Payload bytes received from the origin", registry=r
+        )
+        self.bytes_uploaded = Counter(
+            PREFIX + "bytes_uploaded", "Payload bytes sent to other agents", registry=r
+        )
+        self.hash_failures = Counter(
+            PREFIX + "hash_failures", "Pieces that failed their hash check", registry=r
+        )
+        self.verification_failures = Counter(
+            PREFIX + "verification_failures",
+            "Announcements or downloads refused because a check failed",
+            ["check"],
+            registry=r,
+        )
+        self.refusals = Counter(
+            PREFIX + "refusals",
+            "Pointers or downloads refused by policy (replay, downgrade, size, disk space)",
+            ["reason"],
+            registry=r,
+        )
+        self.origin_errors = Counter(
+            PREFIX + "origin_errors", "Failed reads of the announcement source", registry=r
+        )
+        self.transfer_errors = Counter(
+            PREFIX + "transfer_errors", "Downloads the transfer reported as failed", registry=r
+        )
+        self.swaps = Counter(PREFIX + "swaps", "Flips of the current link", registry=r)
+        self.swap_latency = Histogram(
+            PREFIX + "swap_latency_seconds",
+            "Seconds from an announcement first seen to current flipped to it",
+            buckets=SWAP_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._seen: dict[int, TransferStatus] = {}
+        self._lock = threading.Lock()
+        self._ready = False
+
+    @property
+    def is_ready(self) -> bool:
+        """A verified version is installed (what /readyz answers)."""
+        return self._ready
+
+    def _age(self) -> float:
+        created = self._created_at
+        return max(self._clock() - created, 0.0) if created is not None else 0.0
+
+    def set_current(self, version: int | None, created_at: float | None) -> None:
+        """Record the installed version (None: nothing installed) and its creation time."""
+        installed = version is not None
+        self.current_version.set(version or 0)
+        self.ready.set(1 if installed else 0)
+        self._ready = installed
+        self._created_at = created_at if installed else None
+        self.current_created.set(self._created_at or 0)
+
+    def record_swap(self, latency_s: float) -> None:
+        """Count one flip of ``current`` and its latency."""
+        self.swaps.inc()
+        self.swap_latency.observe(max(latency_s, 0.0))
+
+    def account(self, status: TransferStatus) -> None:
+        """Count a transfer's bytes and hash failures since its previous snapshot.
+
+        Totals in a status grow from the transfer's start; the counters grow by the
+        difference to the previous snapshot of the same version (a smaller total means
+        the transfer restarted: all of it is new).
+        """
+        with self._lock:
+            old = self._seen.get(status.version)
+            for counter, attr in (
+                (self.bytes_from_peers, "bytes_from_peers"),
+                (self.bytes_from_origin, "bytes_from_origin"),
+                (self.bytes_uploaded, "bytes_uploaded"),
+                (self.hash_failures, "hash_failures"),
+            ):
+                new_total = getattr(status, attr)
+                old_total = getattr(old, attr) if old is not None else 0
+                delta = new_total - old_total if new_total >= old_total else new_total
+                if delta > 0:
+                    counter.inc(delta)
+            self._seen[status.version] = status
+
+    def forget(self, version: int) -> None:
+        """The version's transfer was removed: a later one starts counting from zero."""
+        with self._lock:
+            self._seen.pop(version, None)
+
+    def observe_transfers(self, statuses: Iterable[TransferStatus], downloading: int | None) -> None:
+        """Update every transfer metric from fresh snapshots of all transfers."""
+        statuses = list(statuses)
+        for status in statuses:
+            self.account(status)
+        with self._lock:
+            for version in set(self._seen) - {s.version for s in statuses}:
+                del self._seen[version]
+        self.peers.set(sum(s.peers for s in statuses))
+        progress = next((s.progress for s in statuses if s.version == downloading), 0.0)
+        self.download_version.set(downloading or 0)
+        self.download_progress.set(progress if downloading is not None else 0.0)
+
+    def samples(self) -> dict[str, float]:
+        """Every sample as ``name{label="value"}`` -> value (for /status and the CLI)."""
+        result: dict[str, float] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                result[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+        return result
+
+
+StatusProvider = Callable[[], dict[str, Any]]
+"""Returns the JSON object /status serves."""
+
+
+class StatusServer:
+    """The HTTP endpoint, in a daemon thread. ``start`` binds; ``stop`` closes the socket."""
+
+    def __init__(
+        self, metrics: AgentMetrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
+        self.metrics = metrics
+        self.status = status
+        self.host = host
+        self.port = port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. "http://127.0.0.1:9731" (the bound port)."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> str:
+        """Bind and serve; return the base URL. OSError when the address is taken."""
+        handler = _make_handler(self.metrics, self.status)
+        self._server = ThreadingHTTPServer((self.host, self.port), handler)
+        self._server.daemon_threads = True
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.1,), name="agent-status", daemon=True
+        )
+        self._thread.start()
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving and close the listening socket."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5.0)
+            self._thread = None
+
+
+def _make_handler(metrics: AgentMetrics, status: StatusProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "bloomswarm-agent"
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self._send(200, b"ok\n", "text/plain; charset=utf-8")
+            elif path == "/readyz":
+                ready = metrics.is_ready
+                body = b"ready\n" if ready else b"no verified version installed yet\n"
+                self._send(200 if ready else 503, body, "text/plain; charset=utf-8")
+            elif path == "/metrics":
+                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
+            elif path == "/status":
+                body = json.dumps(status(), sort_keys=True, indent=2).encode() + b"\n"
+                self._send(200, body, "application/json")
+            else:
+                self._send(404, b"not found: try /healthz /readyz /metrics /status\n",
+                           "text/plain; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, content_type: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Silence the per-request log lines."""
+
+    return Handler
+
+
+__all__ = ["PREFIX", "AgentMetrics", "StatusProvider", "StatusServer"]

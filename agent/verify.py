@@ -1,0 +1,173 @@
+"""The swap gate: every check a downloaded file must pass before it may become ``current``.
+
+In order, cheapest first; the first failure raises :class:`CheckFailed` naming the check
+(the label of the ``verification_failures_total`` metric):
+
+==============  ==============================================================================
+``torrent``     the .torrent parses and holds exactly one file, named ``filter.bsf``, of the
+                manifest's size and piece size
+``info_hash``   the torrent's v1 and v2 info-hashes equal the manifest's (the manifest is
+                signed; the torrent is not, so this ties the piece hashes to the signature)
+``transfer``    the transfer reports the download finished: every piece on disk and
+                hash-checked (libtorrent), no error
+``size``        the file's size equals the manifest's
+``sha256``      the whole file's SHA-256 equals the manifest's
+``header``      the header parses (format, CRC, exact file size) and agrees with the
+                manifest: version, creation time, body SHA-256 and every filter parameter
+==============  ==============================================================================
+
+The announcement source applies the first two before anything is downloaded, so a bad
+torrent never reaches a transfer. Nothing here modifies the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import libtorrent as lt
+
+from bloomswarm.common.errors import FormatError, VerificationError
+from bloomswarm.common.header import FilterHeader, read_header
+from bloomswarm.common.manifest import FILTER_FILE_NAME, Manifest
+
+from .transfer import TransferStatus
+
+_READ_CHUNK = 1024 * 1024
+
+
+class CheckFailed(VerificationError):
+    """One check of the swap gate (or of an announcement) failed.
+
+    ``check`` is a short label ("sha256", "info_hash", "manifest_signature", ...): the
+    reason label of the verification-failure metric.
+    """
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
+@dataclass(frozen=True)
+class TorrentSummary:
+    """What the gate reads from a .torrent file."""
+
+    info_hash_v1: str
+    info_hash_v2: str
+    file_name: str
+    total_size: int
+    piece_size: int
+
+
+def read_torrent(torrent: bytes) -> TorrentSummary:
+    """Parse a .torrent with libtorrent; CheckFailed("torrent") when it is not one."""
+    try:
+        info = lt.torrent_info(torrent)
+        hashes = info.info_hashes()
+        files = info.layout()
+        names = [files.file_path(i) for i in range(files.num_files())]
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise CheckFailed("torrent", f"not a valid torrent: {exc}") from exc
+    if len(names) != 1:
+        raise CheckFailed("torrent", f"the torrent holds {len(names)} files, expected one")
+    return TorrentSummary(
+        info_hash_v1=str(hashes.v1) if hashes.has_v1() else "",
+        info_hash_v2=str(hashes.v2) if hashes.has_v2() else "",
+        file_name=names[0],
+        total_size=int(info.total_size()),
+        piece_size=int(info.piece_length()),
+    )
+
+
+def check_torrent(manifest: Manifest, torrent: bytes) -> TorrentSummary:
+    """Checks ``torrent`` and ``info_hash``: the torrent is the one the manifest signs for."""
+    summary = read_torrent(torrent)
+    if summary.file_name != FILTER_FILE_NAME:
+        raise CheckFailed(
+            "torrent", f"the torrent's file is {summary.file_name!r}, expected {FILTER_FILE_NAME!r}"
+        )
+    if summary.total_size != manifest.size or summary.piece_size != manifest.piece_size:
+        raise CheckFailed(
+            "torrent",
+            f"the torrent describes {summary.total_size} bytes in {summary.piece_size}-byte "
+            f"pieces, the manifest {manifest.size} bytes in {manifest.piece_size}-byte pieces",
+        )
+    if (summary.info_hash_v1, summary.info_hash_v2) != (manifest.info_hash_v1, manifest.info_hash_v2):
+        raise CheckFailed(
+            "info_hash",
+            f"torrent info-hashes v1 {summary.info_hash_v1 or '-'} v2 {summary.info_hash_v2 or '-'} "
+            f"differ from the manifest's v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2}",
+        )
+    return summary
+
+
+def check_transfer(status: TransferStatus | None) -> None:
+    """Check ``transfer``: the download finished without error, every piece verified."""
+    if status is None:
+        raise CheckFailed("transfer", "the transfer does not know this version")
+    if status.error is not None or status.state == "error":
+        raise CheckFailed("transfer", f"the transfer failed: {status.error or 'unknown error'}")
+    if not status.finished:
+        raise CheckFailed(
+            "transfer", f"the transfer is not finished ({status.progress:.1%} verified)"
+        )
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, lower-case hex (reads it in 1 MiB chunks)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_file(manifest: Manifest, path: Path) -> FilterHeader:
+    """Checks ``size``, ``sha256`` and ``header`` of the file at ``path``; its header.
+
+    A file that cannot be read fails ``size`` (it is missing or unreadable).
+    """
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise CheckFailed("size", f"cannot read {path}: {exc.strerror or exc}") from exc
+    if size != manifest.size:
+        raise CheckFailed("size", f"the file has {size} bytes, the manifest says {manifest.size}")
+    try:
+        digest = file_sha256(path)
+    except OSError as exc:
+        raise CheckFailed("sha256", f"cannot read {path}: {exc.strerror or exc}") from exc
+    if digest != manifest.sha256:
+        raise CheckFailed(
+            "sha256", f"the file's SHA-256 {digest} differs from the manifest's {manifest.sha256}"
+        )
+    try:
+        header = read_header(str(path))
+    except (FormatError, OSError) as exc:
+        raise CheckFailed("header", f"the header does not parse: {exc}") from exc
+    problems = manifest.header_mismatches(header)
+    if problems:
+        raise CheckFailed("header", "the header disagrees with the manifest: " + "; ".join(problems))
+    return header
+
+
+def verify_download(
+    manifest: Manifest, torrent: bytes, status: TransferStatus | None, path: Path
+) -> FilterHeader:
+    """Run the whole gate on a downloaded file; return its header, or raise CheckFailed."""
+    check_torrent(manifest, torrent)
+    check_transfer(status)
+    return check_file(manifest, path)
+
+
+__all__ = [
+    "CheckFailed",
+    "TorrentSummary",
+    "check_file",
+    "check_torrent",
+    "check_transfer",
+    "file_sha256",
+    "read_torrent",
+    "verify_download",
+]

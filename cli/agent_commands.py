@@ -1,0 +1,276 @@
+"""``bloomswarm agent run`` (the daemon) and ``bloomswarm agent status`` (ask a running one).
+
+Settings come from ``--config FILE`` (or ``$BLOOMSWARM_AGENT_CONFIG``), ``BLOOMSWARM_AGENT_*``
+variables and the flags here, in that order of precedence (see
+:mod:`bloomswarm.agent.config` and docs/agent.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from bloomswarm.agent.announcements import (
+    AnnouncementSource,
+    HttpAnnouncements,
+    ObjectStoreAnnouncements,
+)
+from bloomswarm.agent.config import CONFIG_ENV, AgentConfig, StatusConfig, load_config
+from bloomswarm.agent.daemon import AgentDaemon
+from bloomswarm.agent.direct import DirectTransfer
+from bloomswarm.agent.logfmt import log_event
+from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+from bloomswarm.agent.origin import CdnOrigin, Origin, S3Origin
+from bloomswarm.agent.transfer import Transfer
+from bloomswarm.common.errors import ConfigError, StorageError
+from bloomswarm.common.signing import VerifyKey, load_public_keys
+from bloomswarm.common.storage import S3ObjectStore
+
+from .arguments import positive_int
+
+log = logging.getLogger("bloomswarm.agent")
+
+_FLAG_SETTINGS = {
+    "data_dir": "data_dir",
+    "public_keys": "public_keys",
+    "transfer": "transfer",
+    "bucket": "s3.bucket",
+    "prefix": "s3.prefix",
+    "endpoint_url": "s3.endpoint_url",
+    "region": "s3.region",
+    "cdn_base_url": "origin.cdn_base_url",
+    "poll_interval": "watch.poll_interval_s",
+    "status_host": "status.host",
+    "status_port": "status.port",
+}
+"""Flag destination -> dotted setting it overrides."""
+
+
+def register(commands: Any) -> None:
+    """Add ``agent run`` and ``agent status`` to the ``commands`` subparsers object."""
+    agent = commands.add_parser("agent", help="the sidecar that fetches, verifies and swaps versions")
+    sub = agent.add_subparsers(dest="agent_command", metavar="ACTION", parser_class=type(agent))
+    sub.required = True
+
+    run = sub.add_parser("run", help="run the agent until SIGTERM/SIGINT")
+    run.add_argument("--config", type=Path, metavar="FILE",
+                     help=f"TOML configuration file (default: ${CONFIG_ENV})")
+    run.add_argument("--data-dir", type=Path, metavar="DIR", help="the data directory applications read")
+    run.add_argument("--public-key", type=Path, action="append", dest="public_keys", metavar="PATH",
+                     help="trusted publisher public key (PEM); repeatable")
+    run.add_argument("--transfer", choices=("swarm", "direct"),
+                     help="swarm: BitTorrent (default); direct: HTTP from the origin only")
+    run.add_argument("--bucket", help="S3 bucket (the origin)")
+    run.add_argument("--prefix", help="key prefix inside the bucket")
+    run.add_argument("--endpoint-url", metavar="URL", help="S3-compatible endpoint (MinIO, ...)")
+    run.add_argument("--region", help="S3 region")
+    run.add_argument("--cdn-base-url", metavar="URL", help="HTTP(S) origin instead of the S3 API")
+    run.add_argument("--poll-interval", type=float, metavar="SECONDS",
+                     help="seconds between polls of latest.json (2)")
+    run.add_argument("--status-host", metavar="ADDRESS", help="address of the status endpoint (127.0.0.1)")
+    run.add_argument("--status-port", type=positive_int, metavar="PORT",
+                     help=f"port of the status endpoint ({StatusConfig().port}; 0: any)")
+    run.set_defaults(handler=run_agent)
+
+    status = sub.add_parser("status", help="show what a running agent is doing")
+    status.add_argument("--url", metavar="URL",
+                        help=f"the agent's status endpoint (default http://127.0.0.1:{StatusConfig().port}, "
+                        "or the one in --config)")
+    status.add_argument("--config", type=Path, metavar="FILE", help="read the endpoint from this config")
+    status.add_argument("--json", action="store_true", help="print the raw JSON")
+    status.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    status.set_defaults(handler=run_status)
+
+
+def load_agent_config(args: argparse.Namespace) -> AgentConfig:
+    """The configuration: file (``--config`` or $BLOOMSWARM_AGENT_CONFIG), environment, flags."""
+    path = args.config or (Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None)
+    overrides = {setting: getattr(args, dest, None) for dest, setting in _FLAG_SETTINGS.items()}
+    if overrides["public_keys"] is not None:
+        overrides["public_keys"] = tuple(overrides["public_keys"])
+    return load_config(path, environ=os.environ, overrides=overrides)
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def build_transfer(config: AgentConfig) -> Transfer:
+    """The transfer the configuration asks for."""
+    if config.transfer == "direct":
+        return DirectTransfer(config.direct)
+    from bloomswarm.agent.swarm import Swarm
+
+    return Swarm(config.swarm)
+
+
+def build_source(
+    config: AgentConfig, keys: Sequence[VerifyKey]
+) -> tuple[AnnouncementSource, Origin]:
+    """The announcement source and origin of the configured S3 bucket or CDN."""
+    if config.s3 is not None:
+        store = S3ObjectStore(config.s3)
+        return ObjectStoreAnnouncements(store, keys), S3Origin(store, config.origin.presign_expiry_s)
+    base = config.origin.cdn_base_url
+    if base is None:  # AgentConfig guarantees one origin
+        raise ConfigError("no origin configured")
+    return HttpAnnouncements(base, keys, timeout_s=config.origin.http_timeout_s), CdnOrigin(base)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    config = load_agent_config(args)
+    keys = load_public_keys(config.public_keys)
+    source, origin = build_source(config, keys)
+    metrics = AgentMetrics()
+    transfer = build_transfer(config)
+    daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics)
+    server = StatusServer(metrics, daemon.status, config.status.host, config.status.port)
+    try:
+        url = server.start()
+    except OSError as exc:
+        transfer.close()
+        raise ConfigError(
+            f"cannot listen on {config.status.host}:{config.status.port} for the status "
+            f"endpoint: {exc.strerror or exc}"
+        ) from exc
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log_event(log, logging.INFO, "stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    log_event(log, logging.INFO, "listening", url=url, transfer=config.transfer, pid=os.getpid())
+    try:
+        daemon.run(stop)
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+# --- status -----------------------------------------------------------------------------------
+
+
+def run_status(args: argparse.Namespace) -> int:
+    url = args.url
+    if url is None:
+        status_config = StatusConfig()
+        if args.config is not None:
+            status_config = load_config(args.config, environ=os.environ).status
+        host = "127.0.0.1" if status_config.host in ("0.0.0.0", "::", "") else status_config.host
+        url = f"http://{host}:{status_config.port}"
+    status = fetch_status(url.rstrip("/"), timeout=args.timeout)
+    if args.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+    else:
+        print(format_status(url, status))
+    return 0
+
+
+def fetch_status(url: str, *, timeout: float = 5.0) -> dict[str, Any]:
+    """GET ``{url}/status``; StorageError with a one-line reason when the agent is not there."""
+    try:
+        with urllib.request.urlopen(f"{url}/status", timeout=timeout) as response:
+            data = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        raise StorageError(f"{url}/status answered HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise StorageError(f"no agent answering at {url}: {reason}") from None
+    except ValueError as exc:
+        raise StorageError(f"{url}/status did not return JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise StorageError(f"{url}/status did not return a JSON object")
+    return data
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def _labelled(metrics: dict[str, float], name: str) -> str:
+    prefix = f"bloomswarm_agent_{name}_total{{"
+    parts = []
+    for key, value in sorted(metrics.items()):
+        if key.startswith(prefix) and value:
+            label = key[len(prefix):-1].split("=", 1)[1].strip('"')
+            parts.append(f"{label} {value:.0f}")
+    return ", ".join(parts) or "none"
+
+
+def format_status(url: str, status: dict[str, Any]) -> str:
+    """The /status JSON for a person: one line per topic."""
+    m: dict[str, float] = status.get("metrics", {})
+
+    def metric(name: str) -> float:
+        return float(m.get(f"bloomswarm_agent_{name}", 0.0))
+
+    lines = [f"agent        {url} (data dir {status.get('data_dir', '?')})",
+             f"ready        {'yes' if status.get('ready') else 'no: no verified version installed yet'}"]
+    current = status.get("current_version")
+    if current is not None:
+        created = metric("current_version_created_timestamp_seconds")
+        when = dt.datetime.fromtimestamp(created, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines.append(f"current      v{current}, created {when} "
+                     f"(age {_duration(metric('current_version_age_seconds'))})")
+    else:
+        lines.append("current      none")
+    installed = ", ".join(f"v{v}" for v in status.get("installed_versions", [])) or "none"
+    seeding = ", ".join(f"v{v}" for v in status.get("seeding", [])) or "none"
+    lines.append(f"installed    {installed} (seeding {seeding})")
+    download = status.get("download")
+    if download:
+        line = (f"download     v{download['version']}: {download['state']} "
+                f"{download['progress']:.1%} of {_size(download['size'])}, {download['peers']} peers")
+        if download.get("retry_in_s") is not None and download.get("failures"):
+            line += f", {download['failures']} failures, retry in {download['retry_in_s']:.0f}s"
+        lines.append(line)
+    else:
+        lines.append("download     none")
+    lines.append(f"traffic      from peers {_size(metric('bytes_from_peers_total'))}, "
+                 f"from origin {_size(metric('bytes_from_origin_total'))}, "
+                 f"uploaded {_size(metric('bytes_uploaded_total'))}, "
+                 f"{metric('peers'):.0f} peers, {metric('hash_failures_total'):.0f} hash failures")
+    swap = status.get("last_swap")
+    swaps = f"swaps        {metric('swaps_total'):.0f}"
+    if swap:
+        swaps += (f", last v{swap.get('previous') or '-'} -> v{swap['version']} "
+                  f"in {swap['latency_s']:.1f}s")
+    lines.append(swaps)
+    lines.append(f"failures     verification: {_labelled(m, 'verification_failures')}; "
+                 f"refused: {_labelled(m, 'refusals')}; "
+                 f"origin errors {metric('origin_errors_total'):.0f}; "
+                 f"transfer errors {metric('transfer_errors_total'):.0f}")
+    error = status.get("last_error")
+    if error:
+        at = status.get("last_error_at")
+        stamp = dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime("%H:%M:%S UTC ") if at else ""
+        lines.append(f"last error   {stamp}{error}")
+    return "\n".join(lines)

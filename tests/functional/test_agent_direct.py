@@ -1,0 +1,313 @@
+"""Agents as real processes against moto's S3 server, moving bytes with the direct transfer.
+
+The publisher's own code publishes into the bucket; faults are injected with the same
+library calls (a manifest rewritten after signing, a pointer signed by an untrusted key,
+a filter object replaced). An agent is ``python -m bloomswarm agent run``; a LiveFilter
+in another process answers lookups from the agent's data directory. Every process a
+test starts is stopped by that test, by PID.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.manifest import Manifest, manifest_key
+from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.storage import S3Config, S3ObjectStore
+from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.latest import Target, swap_latest
+from bloomswarm.publisher.pinning import pin
+from bloomswarm.publisher.publish import publish_filter
+from tests.functional.agent_process import AgentProcess
+from tests.functional.live_reader import LiveReader
+from tests.functional.s3server import MotoServer, free_port
+
+pytestmark = pytest.mark.timeout(300)
+
+_PRIVATE, _PUBLIC = generate_keypair()
+KEY = parse_private_key(_PRIVATE)
+ROGUE = parse_private_key(generate_keypair()[0])
+
+
+def _keys(version: int, count: int = 200) -> list[str]:
+    return [f"v{version}-key-{i}" for i in range(count)]
+
+
+class Fleet:
+    """The bucket, the publisher, and the processes a test started (stopped at the end)."""
+
+    def __init__(self, root: Path, s3: S3Config) -> None:
+        self.root = root
+        self.s3 = s3
+        self.store = S3ObjectStore(s3)
+        self.public_key = root / "publisher.pub"
+        self.public_key.write_bytes(_PUBLIC)
+        self.publisher = PublisherConfig(s3=s3, publisher_id="functional")
+        self.agents: list[AgentProcess] = []
+        self.readers: list[LiveReader] = []
+
+    def publish(self, version_keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY) -> Manifest:
+        builder = FilterBuilder.for_capacity(capacity, 0.01)
+        builder.add_many(version_keys)
+        return publish_filter(self.store, self.publisher, builder, key, "functional", force=True,
+                              progress=False).manifest
+
+    def point_latest(self, version: int, *, pinned: bool = False, key: SigningKey = KEY) -> None:
+        swap_latest(self.store, lambda _current: Target(version, pinned=pinned), key, "functional")
+
+    def agent(self, name: str, **tables: dict[str, object]) -> AgentProcess:
+        agent = AgentProcess(self.root / name, self.s3, self.public_key, tables=tables).start()
+        self.agents.append(agent)
+        return agent
+
+    def reader(self, agent: AgentProcess) -> LiveReader:
+        reader = LiveReader(agent.data_dir)
+        self.readers.append(reader)
+        return reader
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.stop()
+        for agent in self.agents:
+            agent.stop(signal.SIGKILL if agent.process and agent.process.poll() is None else signal.SIGTERM)
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, s3_bucket: S3Config) -> Iterator[Fleet]:
+    fleet = Fleet(tmp_path, s3_bucket)
+    yield fleet
+    fleet.close()
+
+
+def _on(version: int) -> object:
+    return lambda agent: agent.current_version() == version
+
+
+def _answers(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> bool:
+    answer = reader.ask(present + absent)
+    hits = answer["hits"] or []
+    return bool(answer["version"] == version and all(hits[: len(present)])
+                and not any(hits[len(present):]))
+
+
+def _wait_reader(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> None:
+    deadline = time.monotonic() + 30
+    while not _answers(reader, version, present, absent):
+        assert time.monotonic() < deadline, reader.ask(present[:1])
+        time.sleep(0.05)
+
+
+def test_agents_install_then_swap_and_a_live_filter_follows(fleet: Fleet) -> None:
+    v1 = fleet.publish(_keys(1))
+    agents = [fleet.agent("a"), fleet.agent("b")]
+    for agent in agents:
+        agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
+        assert agent.http_status("/readyz") == 200 and agent.http_status("/healthz") == 200
+    reader = fleet.reader(agents[0])
+    _wait_reader(reader, 1, _keys(1)[:50], _keys(2)[:3])
+    installed = agents[0].data_dir / "versions" / "v1" / "filter.bsf"
+    assert hashlib.sha256(installed.read_bytes()).hexdigest() == v1.sha256
+    assert oct(installed.stat().st_mode & 0o777) == "0o444"
+
+    fleet.publish(_keys(1) + _keys(2))
+    for agent in agents:
+        agent.wait_for("v2 installed", _on(2))  # type: ignore[arg-type]
+        assert agent.metric("swaps_total") == 2
+        assert agent.metric("swap_latency_seconds_count") == 2
+        assert agent.metric("bytes_from_origin_total") > 0
+    _wait_reader(reader, 2, _keys(2)[:50], [])
+    for agent in agents:
+        assert agent.stop() == 0  # SIGTERM: a clean exit
+        assert "event=stopped" in agent.log()
+
+
+def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
+    fleet.publish(_keys(1))
+    agents = [fleet.agent("a"), fleet.agent("b")]
+    for agent in agents:
+        agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
+    reader = fleet.reader(agents[0])
+    _wait_reader(reader, 1, _keys(1)[:20], [])
+    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")  # latest stays while we stage faults
+
+    # A tampered manifest: changed after it was signed.
+    v2 = fleet.publish(_keys(2))
+    tampered = dataclasses.replace(v2, source_fingerprint="tampered")
+    fleet.store.put(manifest_key(2), tampered.to_bytes())
+    fleet.point_latest(2)
+    for agent in agents:
+        agent.wait_for("tampered manifest refused",
+                       lambda a: a.metric("verification_failures_total", check="manifest_signature") >= 1)
+
+    # A pointer signed by a key no agent trusts.
+    fleet.point_latest(2, key=ROGUE)
+    for agent in agents:
+        agent.wait_for("untrusted pointer refused",
+                       lambda a: a.metric("verification_failures_total", check="pointer_signature") >= 1)
+
+    # A file in S3 whose SHA-256 differs from the signed manifest's.
+    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")
+    v3 = fleet.publish(_keys(3))
+    stored = fleet.store.get(v3.filter_key)
+    assert stored is not None
+    corrupt = bytearray(stored.data)
+    corrupt[-100] ^= 0x55
+    fleet.store.put(v3.filter_key, bytes(corrupt))
+    fleet.point_latest(3)
+    for agent in agents:
+        agent.wait_for("corrupt file refused",
+                       lambda a: a.metric("verification_failures_total", check="sha256") >= 1)
+        assert agent.current_version() == 1
+        assert "SHA-256" in agent.status()["last_error"]
+        assert not (agent.data_dir / "versions" / "v2").exists()
+        assert not (agent.data_dir / "versions" / "v3").exists()
+    assert _answers(reader, 1, _keys(1)[:20], _keys(3)[:3])
+    assert "event=verification_failed" in agents[0].log()
+
+    fleet.store.put(v3.filter_key, stored.data)  # the origin repaired: the retry succeeds
+    for agent in agents:
+        agent.wait_for("v3 installed after repair", _on(3))  # type: ignore[arg-type]
+    _wait_reader(reader, 3, _keys(3)[:20], [])
+
+
+def test_downgrade_refused_and_a_signed_pin_followed(fleet: Fleet) -> None:
+    fleet.publish(_keys(1))
+    fleet.publish(_keys(2))
+    agent = fleet.agent("a")
+    agent.wait_for("v2 installed", _on(2))  # type: ignore[arg-type]
+    fleet.point_latest(1)  # unpinned, lower: refused
+    agent.wait_for("downgrade refused", lambda a: a.metric("refusals_total", reason="downgrade") >= 1)
+    assert agent.current_version() == 2
+    assert "event=refused reason=downgrade" in agent.log()
+    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")
+    agent.wait_for("rolled back to v1", _on(1))  # type: ignore[arg-type]
+    reader = fleet.reader(agent)
+    _wait_reader(reader, 1, _keys(1)[:20], _keys(2)[:3])
+
+
+def test_too_little_disk_is_refused_before_download(fleet: Fleet) -> None:
+    fleet.publish(_keys(1))
+    agent = fleet.agent("a", install={"disk_margin_bytes": 1 << 60})
+    agent.wait_for("download refused", lambda a: a.metric("refusals_total", reason="disk_space") >= 1)
+    assert "not enough disk space" in agent.status()["last_error"]
+    assert agent.metric("bytes_from_origin_total") == 0
+    assert not (agent.data_dir / "staging" / "v1" / "filter.bsf").exists()
+    assert agent.http_status("/readyz") == 503
+    assert "event=download_refused" in agent.log() and "not enough disk space" in agent.log()
+
+
+def test_sigkill_mid_download_resumes_and_staging_is_never_visible(fleet: Fleet) -> None:
+    v1 = fleet.publish(_keys(1))
+    agent = fleet.agent("a", direct={"rate_limit_bytes_per_s": 2_000_000, "chunk_size": 65536})
+    agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
+    v2 = fleet.publish(_keys(2), capacity=5_000_000)  # about 6 MB: 3 s at the rate limit
+    sizes = {1: v1.size, 2: v2.size}
+    seen = _VisibleFiles(agent.data_dir, sizes)
+    seen.start()
+    try:
+        partial = agent.data_dir / "staging" / "v2" / "filter.bsf"
+        agent.wait_for("v2 partly downloaded",
+                       lambda a: partial.exists() and partial.stat().st_size >= 1_000_000)
+        assert agent.stop(signal.SIGKILL) == -signal.SIGKILL
+        on_disk = partial.stat().st_size
+        assert 0 < on_disk < v2.size
+        assert not (agent.data_dir / "versions" / "v2").exists()
+        assert os.readlink(agent.data_dir / "current") == os.path.join("versions", "v1")
+
+        agent.start()  # the same data directory: resume
+        agent.wait_for("v2 installed after restart", _on(2))  # type: ignore[arg-type]
+        assert agent.metric("bytes_from_origin_total") <= v2.size - on_disk
+        assert "resumed_bytes=" in agent.log()
+    finally:
+        seen.stop()
+    assert seen.problems == []
+    assert seen.samples > 10
+    current = agent.data_dir / "current" / "filter.bsf"
+    assert hashlib.sha256(current.read_bytes()).hexdigest() == v2.sha256
+    assert not (agent.data_dir / "staging" / "v2").exists()
+
+
+class _VisibleFiles(threading.Thread):
+    """Samples what readers can see — ``versions/*/filter.bsf`` and ``current`` — and
+    records any file that is not complete (its size differs from the manifest's)."""
+
+    def __init__(self, data_dir: Path, sizes: dict[int, int]) -> None:
+        super().__init__(daemon=True)
+        self.data_dir = data_dir
+        self.sizes = sizes
+        self.problems: list[str] = []
+        self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.01):
+            paths = list((self.data_dir / "versions").glob("v*/filter.bsf"))
+            paths.append(self.data_dir / "current" / "filter.bsf")
+            for path in paths:
+                try:
+                    size = path.stat().st_size
+                    version = int(path.resolve().parent.name[1:])
+                except (OSError, ValueError):
+                    continue  # not there (yet): nothing visible
+                if size != self.sizes.get(version):
+                    self.problems.append(f"{path} -> v{version}: {size} bytes")
+            self.samples += 1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def test_s3_outage_keeps_serving_and_recovers(tmp_path: Path, s3_server: str) -> None:
+    """A dedicated moto server, stopped for a while and started again on the same port."""
+    port = free_port()
+    server = MotoServer(port=port)
+    server.start()
+    fleet: Fleet | None = None
+    try:
+        s3 = S3Config(bucket="outage-test", prefix="fleet", endpoint_url=server.endpoint,
+                      region="us-east-1", connect_timeout_s=1.0, read_timeout_s=5.0, max_attempts=1)
+        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket=s3.bucket)
+        fleet = Fleet(tmp_path, s3)
+        fleet.publish(_keys(1))
+        agent = fleet.agent("a")
+        agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
+        reader = fleet.reader(agent)
+        _wait_reader(reader, 1, _keys(1)[:20], [])
+        saved = {key: fleet.store.get(key) for key in fleet.store.list()}
+
+        server.stop()  # by its PID
+        errors = agent.metric("origin_errors_total")
+        agent.wait_for("origin errors counted", lambda a: a.metric("origin_errors_total") >= errors + 3)
+        deadline = time.monotonic() + 8.0  # stay down a while longer, serving all along
+        while time.monotonic() < deadline:
+            assert _answers(reader, 1, _keys(1)[:20], [])
+            assert agent.http_status("/readyz") == 200
+            time.sleep(0.5)
+        assert agent.current_version() == 1
+
+        server.start()  # the same port; moto keeps no state: put the bucket back
+        client.create_bucket(Bucket=s3.bucket)
+        for key, stored in saved.items():
+            assert stored is not None
+            fleet.store.put(key, stored.data)
+        fleet.publish(_keys(2))
+        agent.wait_for("v2 installed after the outage", _on(2))  # type: ignore[arg-type]
+        _wait_reader(reader, 2, _keys(2)[:20], [])
+        assert "event=origin_error" in agent.log()
+    finally:
+        if fleet is not None:
+            fleet.close()
+        server.stop()

@@ -1,0 +1,218 @@
+"""Shared pieces of the agent's unit tests: keys, publishing into a memory store, an HTTP
+server in front of that store (the "CDN"), and an agent driven step by step."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from bloomswarm.agent.announcements import HttpAnnouncements
+from bloomswarm.agent.config import (
+    AgentConfig,
+    DirectConfig,
+    InstallConfig,
+    OriginConfig,
+    StatusConfig,
+    WatchConfig,
+)
+from bloomswarm.agent.daemon import AgentDaemon
+from bloomswarm.agent.direct import DirectTransfer
+from bloomswarm.agent.metrics import AgentMetrics
+from bloomswarm.agent.origin import CdnOrigin
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.errors import ObjectNotFound
+from bloomswarm.common.manifest import Manifest, Pointer
+from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.storage import MemoryObjectStore, S3Config
+from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.latest import Target, swap_latest
+from bloomswarm.publisher.publish import publish_filter
+
+
+def _keypair() -> tuple[SigningKey, bytes]:
+    private, public = generate_keypair()
+    return parse_private_key(private), public
+
+
+KEY, PUBLIC_PEM = _keypair()
+"""The publisher's key, trusted by the agents in these tests."""
+ROGUE_KEY, ROGUE_PEM = _keypair()
+"""A key no agent trusts."""
+PUBLIC = [KEY.public_key()]
+PUBLISHER = PublisherConfig(s3=S3Config(bucket="unit-test"), publisher_id="unit-test")
+
+
+def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
+    builder = FilterBuilder.for_capacity(capacity, 0.01)
+    builder.add_many(keys)
+    return builder
+
+
+def publish(
+    store: MemoryObjectStore, keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY
+) -> Manifest:
+    """Publish a filter of ``keys`` as the next version with the real publisher."""
+    result = publish_filter(store, PUBLISHER, make_builder(keys, capacity=capacity), key,
+                            "unit-test", force=True, progress=False)
+    return result.manifest
+
+
+def point_latest(
+    store: MemoryObjectStore, version: int, *, pinned: bool = False, key: SigningKey = KEY
+) -> Pointer:
+    """Move latest.json to ``version`` whatever it names (a downgrade, a pin)."""
+    outcome = swap_latest(store, lambda _current: Target(version, pinned=pinned), key, "unit-test")
+    assert outcome.pointer is not None
+    return outcome.pointer
+
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+class StoreServer:
+    """An HTTP server on 127.0.0.1 serving a MemoryObjectStore's objects at ``/{key}``.
+
+    Answers ETag / If-None-Match (304) and single byte ranges, counts the payload bytes it
+    served per key, and can be told to fail every request (``failing``, 503) or to ignore
+    ranges (``ignore_range``). Runs in a thread of the test process; :meth:`stop` closes it.
+    """
+
+    def __init__(self, store: MemoryObjectStore) -> None:
+        self.store = store
+        self.failing = False
+        self.ignore_range = False
+        self.served: Counter[str] = Counter()
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> StoreServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                key = urllib.parse.unquote(self.path.lstrip("/").split("?", 1)[0])
+                outer.requests.append((key, dict(self.headers.items())))
+                if outer.failing:
+                    return self._reply(503, b"unavailable")
+                try:
+                    obj = outer.store.get(key)
+                except (ObjectNotFound, ValueError):
+                    return self._reply(404, b"not found")
+                assert obj is not None
+                if self.headers.get("If-None-Match") == obj.etag:
+                    return self._reply(304, b"", etag=obj.etag)
+                match = _RANGE.fullmatch(self.headers.get("Range", ""))
+                if match is None or outer.ignore_range:
+                    outer.served[key] += len(obj.data)
+                    return self._reply(200, obj.data, etag=obj.etag)
+                start = int(match.group(1))
+                end = int(match.group(2)) + 1 if match.group(2) else len(obj.data)
+                if start >= len(obj.data):
+                    return self._reply(416, b"", extra={"Content-Range": f"bytes */{len(obj.data)}"})
+                body = obj.data[start:end]
+                outer.served[key] += len(body)
+                return self._reply(206, body, etag=obj.etag, extra={
+                    "Content-Range": f"bytes {start}-{start + len(body) - 1}/{len(obj.data)}"})
+
+            def _reply(self, code: int, body: bytes, *, etag: str | None = None,
+                       extra: dict[str, str] | None = None) -> None:
+                self.send_response(code)
+                if etag:
+                    self.send_header("ETag", etag)
+                for name, value in (extra or {}).items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body) if code != 304 else 0))
+                self.end_headers()
+                if code != 304:
+                    self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def served_filter_bytes(server: StoreServer) -> int:
+    """Bytes of filter files the server sent."""
+    return sum(n for key, n in server.served.items() if key.endswith("/filter.bsf"))
+
+
+def agent_config(tmp_path: Path, base_url: str, **changes: Any) -> AgentConfig:
+    """A fast agent configuration: direct transfer from ``base_url``, tight intervals."""
+    public = tmp_path / "publisher.pub"
+    if not public.exists():
+        public.write_bytes(PUBLIC_PEM)
+    fields: dict[str, Any] = {
+        "data_dir": tmp_path / "data",
+        "public_keys": (public,),
+        "transfer": "direct",
+        "resume_save_interval_s": 0.05,
+        "origin": OriginConfig(cdn_base_url=base_url, http_timeout_s=5.0),
+        "watch": WatchConfig(poll_interval_s=0.02, poll_jitter_s=0.0, retry_initial_s=0.02,
+                             retry_max_s=0.1),
+        "install": InstallConfig(disk_margin_bytes=0),
+        "status": StatusConfig(port=0),
+        "direct": DirectConfig(timeout_s=5.0),
+    }
+    fields.update(changes)
+    return AgentConfig(**fields)
+
+
+def make_daemon(config: AgentConfig) -> AgentDaemon:
+    """An agent reading ``config.origin.cdn_base_url`` with a DirectTransfer, started."""
+    base = config.origin.cdn_base_url
+    assert base is not None
+    source = HttpAnnouncements(base, PUBLIC, timeout_s=5.0)
+    daemon = AgentDaemon(config, source, DirectTransfer(config.direct), CdnOrigin(base), PUBLIC,
+                         metrics=AgentMetrics())
+    daemon.start()
+    return daemon
+
+
+def run_until(daemon: AgentDaemon, condition: Callable[[], bool], *, limit_s: float = 30.0) -> None:
+    """Step ``daemon`` until ``condition()`` holds; AssertionError (with the agent's status)
+    when it does not within ``limit_s`` (a safety bound, not a timing assertion)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached; agent status: {daemon.status()}")
+        daemon.step()
+        time.sleep(0.005)
+
+
+def metric(daemon: AgentDaemon, name: str, **labels: str) -> float:
+    """A sample of the agent's registry (0 when absent)."""
+    value = daemon.metrics.registry.get_sample_value(f"bloomswarm_agent_{name}", labels or None)
+    return float(value or 0.0)
+
+
+def stepping(daemon: AgentDaemon, steps: int) -> Iterator[int]:
+    """Step the daemon ``steps`` times, yielding the step number."""
+    for number in range(steps):
+        daemon.step()
+        time.sleep(0.005)
+        yield number

@@ -1,0 +1,103 @@
+"""Installing a verified file: modes, atomic placement, the flip, and the checks made before a
+download (file size limit, free disk space)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from bloomswarm.agent.install import (
+    DownloadRefused,
+    activate,
+    check_capacity,
+    install_version,
+    is_installed,
+    prepare_data_dir,
+    read_last_sequence,
+    staging_dir,
+    write_last_sequence,
+)
+from bloomswarm.common.datadir import current_filter_path, current_version
+from bloomswarm.common.errors import FormatError
+
+
+def _staged(data_dir: Path, version: int, data: bytes) -> Path:
+    staging = staging_dir(data_dir, version)
+    staging.mkdir(parents=True)
+    path = staging / "filter.bsf"
+    path.write_bytes(data)
+    return path
+
+
+def test_install_places_a_read_only_file_and_metadata_then_flip(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    staged = _staged(tmp_path, 3, b"filter bytes")
+    target = install_version(tmp_path, 3, staged, {"manifest.json": b"{}", "filter.torrent": b"t"})
+    assert target == tmp_path / "versions" / "v3" / "filter.bsf"
+    assert not staged.exists() and target.read_bytes() == b"filter bytes"
+    for path in (target, target.parent / "manifest.json", target.parent / "filter.torrent"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert is_installed(tmp_path, 3) and current_version(tmp_path) is None  # not flipped yet
+    activate(tmp_path, 3)
+    assert current_version(tmp_path) == 3
+    assert current_filter_path(tmp_path).read_bytes() == b"filter bytes"
+    assert os.readlink(tmp_path / "current") == os.path.join("versions", "v3")
+
+
+def test_install_keeps_an_installed_version_as_it_is(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    install_version(tmp_path, 1, _staged(tmp_path, 1, b"first"), {})
+    (tmp_path / "staging" / "v1" / "filter.bsf").write_bytes(b"second")
+    install_version(tmp_path, 1, tmp_path / "staging" / "v1" / "filter.bsf", {})
+    assert (tmp_path / "versions" / "v1" / "filter.bsf").read_bytes() == b"first"
+    assert not (tmp_path / "staging" / "v1" / "filter.bsf").exists()
+
+
+def test_install_refuses_odd_metadata_names(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    with pytest.raises(ValueError):
+        install_version(tmp_path, 1, _staged(tmp_path, 1, b"x"), {"../evil": b""})
+    assert not is_installed(tmp_path, 1)
+
+
+def test_flip_refuses_a_version_that_is_not_installed(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        activate(tmp_path, 9)
+    assert not (tmp_path / "current").exists()
+
+
+def test_capacity_checks(tmp_path: Path) -> None:
+    check_capacity(tmp_path, 1000, max_file_size=1000, margin=0)
+    with pytest.raises(DownloadRefused, match="max_file_size") as too_large:
+        check_capacity(tmp_path, 1001, max_file_size=1000, margin=0)
+    assert too_large.value.reason == "file_too_large"
+    with pytest.raises(DownloadRefused, match="not enough disk space") as no_space:
+        check_capacity(tmp_path, 1000, max_file_size=1 << 62, margin=1 << 61)
+    assert no_space.value.reason == "disk_space"
+    assert "margin" in str(no_space.value)
+
+
+def test_capacity_counts_bytes_already_downloaded(tmp_path: Path) -> None:
+    import shutil
+
+    free = shutil.disk_usage(tmp_path).free
+    size = free + (1 << 20)  # does not fit from scratch ...
+    with pytest.raises(DownloadRefused):
+        check_capacity(tmp_path, size, max_file_size=1 << 62, margin=0)
+    check_capacity(tmp_path, size, max_file_size=1 << 62, margin=0, already_present=2 << 20)
+
+
+def test_last_sequence_round_trip_and_malformed_state(tmp_path: Path) -> None:
+    assert read_last_sequence(tmp_path) is None
+    write_last_sequence(tmp_path, 12)
+    assert read_last_sequence(tmp_path) == 12
+    (tmp_path / "state.json").write_text('{"last_sequence": "x"}')
+    with pytest.raises(FormatError):
+        read_last_sequence(tmp_path)
+    (tmp_path / "state.json").write_text("not json")
+    with pytest.raises(FormatError):
+        read_last_sequence(tmp_path)

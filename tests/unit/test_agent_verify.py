@@ -1,0 +1,130 @@
+"""The swap gate: a good download passes; each check fails on its own fault, first failure wins."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from bloomswarm.agent.transfer import TransferStatus
+from bloomswarm.agent.verify import CheckFailed, check_torrent, read_torrent, verify_download
+from bloomswarm.common.errors import VerificationError
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.publisher.torrent import make_torrent
+from tests.unit.agent_helpers import publish
+
+
+@dataclasses.dataclass
+class Download:
+    manifest: Manifest
+    torrent: bytes
+    path: Path
+
+
+@pytest.fixture
+def download(tmp_path: Path) -> Download:
+    store = MemoryObjectStore()
+    manifest = publish(store, ["a", "b", "c"])
+    data, torrent = store.get(manifest.filter_key), store.get(manifest.torrent_key)
+    assert data is not None and torrent is not None
+    path = tmp_path / "filter.bsf"
+    path.write_bytes(data.data)
+    return Download(manifest, torrent.data, path)
+
+
+def _status(*, finished: bool = True, state: str = "seeding", error: str | None = None) -> TransferStatus:
+    return TransferStatus(version=1, state=state, progress=1.0 if finished else 0.5,  # type: ignore[arg-type]
+                          total_bytes=1, bytes_from_peers=0, bytes_from_origin=1, bytes_uploaded=0,
+                          peers=0, hash_failures=0, finished=finished, error=error)
+
+
+def _check(download: Download, **changes: object) -> str:
+    manifest = changes.pop("manifest", download.manifest)
+    torrent = changes.pop("torrent", download.torrent)
+    status = changes.pop("status", _status())
+    with pytest.raises(CheckFailed) as info:
+        verify_download(manifest, torrent, status, download.path)  # type: ignore[arg-type]
+    assert isinstance(info.value, VerificationError) and str(info.value)
+    return info.value.check
+
+
+def test_a_good_download_passes(download: Download) -> None:
+    header = verify_download(download.manifest, download.torrent, _status(), download.path)
+    assert header.filter_version == download.manifest.version == 1
+
+
+def test_torrent_that_is_not_one(download: Download) -> None:
+    assert _check(download, torrent=b"d4:spam") == "torrent"
+
+
+def test_torrent_of_another_file_name(download: Download, tmp_path: Path) -> None:
+    other = tmp_path / "other.bin"
+    other.write_bytes(download.path.read_bytes())
+    torrent = make_torrent(other, progress=False).data
+    assert read_torrent(torrent).file_name == "other.bin"
+    assert _check(download, torrent=torrent) == "torrent"
+
+
+def test_torrent_of_another_size(download: Download, tmp_path: Path) -> None:
+    other = tmp_path / "x" / "filter.bsf"
+    other.parent.mkdir()
+    other.write_bytes(download.path.read_bytes() + b"\0")
+    assert _check(download, torrent=make_torrent(other, progress=False).data) == "torrent"
+
+
+def test_torrent_of_other_content(download: Download, tmp_path: Path) -> None:
+    other = tmp_path / "x" / "filter.bsf"
+    other.parent.mkdir()
+    other.write_bytes(bytes(download.manifest.size))
+    torrent = make_torrent(other, progress=False).data
+    assert _check(download, torrent=torrent) == "info_hash"
+    with pytest.raises(CheckFailed):
+        check_torrent(download.manifest, torrent)
+
+
+@pytest.mark.parametrize(
+    "status",
+    [None, _status(finished=False, state="downloading"), _status(state="error", error="disk full")],
+)
+def test_transfer_not_finished_or_failed(download: Download, status: TransferStatus | None) -> None:
+    assert _check(download, status=status) == "transfer"
+
+
+def test_file_of_the_wrong_size(download: Download) -> None:
+    download.path.write_bytes(download.path.read_bytes()[:-1])
+    assert _check(download) == "size"
+    download.path.unlink()
+    assert _check(download) == "size"
+
+
+def test_file_whose_sha256_differs(download: Download) -> None:
+    data = bytearray(download.path.read_bytes())
+    data[5000] ^= 1
+    download.path.write_bytes(bytes(data))
+    assert _check(download) == "sha256"
+
+
+def test_header_that_does_not_parse(download: Download) -> None:
+    data = bytearray(download.path.read_bytes())
+    data[100] ^= 1  # breaks the header CRC
+    download.path.write_bytes(bytes(data))
+    manifest = dataclasses.replace(download.manifest, sha256=hashlib.sha256(data).hexdigest())
+    assert _check(download, manifest=manifest) == "header"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"created_at": 1}, {"body_sha256": "0" * 64}, {"version": 2}],
+)
+def test_header_that_disagrees_with_the_manifest(download: Download, change: dict[str, object]) -> None:
+    manifest = dataclasses.replace(download.manifest, **change)  # type: ignore[arg-type]
+    assert _check(download, manifest=manifest) == "header"
+
+
+def test_header_whose_parameters_disagree(download: Download) -> None:
+    summary = dataclasses.replace(download.manifest.filter, key_count=download.manifest.filter.key_count + 1)
+    manifest = dataclasses.replace(download.manifest, filter=summary)
+    assert _check(download, manifest=manifest) == "header"
