@@ -24,28 +24,21 @@ credentials come from boto3's standard chain, never from here. ``[swarm]`` is ha
 :class:`~.swarm.SwarmConfig`, which checks its own values. docs/agent.md
 lists every setting. An unknown setting — in the file or as a ``BLOOMSWARM_AGENT_*``
 variable — or a value of the wrong type raises ConfigError naming it.
+:mod:`bloomswarm.common.settings` does the reading and checking for both components.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.settings import SettingsLoader
 from bloomswarm.common.storage import S3Config
 
 from .swarm import SwarmConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 ENV_PREFIX = "BLOOMSWARM_AGENT_"
 CONFIG_ENV = "BLOOMSWARM_AGENT_CONFIG"
@@ -197,59 +190,23 @@ class AgentConfig:
             raise ConfigError("resume_save_interval_s must be positive")
 
 
-# --- the settings table ------------------------------------------------------------------------
+# --- loading ----------------------------------------------------------------------------------
 
+_LOADER = SettingsLoader(
+    AgentConfig, env_prefix=ENV_PREFIX, strict=True, ignore_env=(CONFIG_ENV,), scalar_lists=True
+)
 
-def _optional_inner(kind: Any) -> Any:
-    """X for ``X | None``; ``kind`` itself otherwise."""
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return kind
-
-
-def _tables() -> dict[str, Any]:
-    """Table name -> its dataclass."""
-    tables: dict[str, Any] = {}
-    for name, kind in typing.get_type_hints(AgentConfig).items():
-        inner = _optional_inner(kind)
-        if dataclasses.is_dataclass(inner):
-            tables[name] = inner
-    return tables
-
-
-TABLES: dict[str, Any] = _tables()
+TABLES: dict[str, Any] = _LOADER.tables
 """Table name -> the dataclass it builds. A dataclass with a ``from_mapping`` classmethod
 (SwarmConfig) checks and converts its own values, from TOML or from environment strings."""
 
-
-def _self_parsing(table: str | None) -> bool:
-    return table is not None and hasattr(TABLES.get(table), "from_mapping")
-
-
-def _settings() -> dict[str, Any]:
-    table: dict[str, Any] = {}
-    for name, kind in typing.get_type_hints(AgentConfig).items():
-        section = TABLES.get(name)
-        if section is None:
-            table[name] = kind
-        else:
-            for sub, sub_kind in typing.get_type_hints(section).items():
-                table[f"{name}.{sub}"] = sub_kind
-    return table
-
-
-SETTINGS: dict[str, Any] = _settings()
+SETTINGS: dict[str, Any] = _LOADER.settings
 """Dotted setting name -> the type its value must have."""
 
 
 def env_name(setting: str) -> str:
     """The environment variable of a setting: "s3.bucket" -> "BLOOMSWARM_AGENT_S3_BUCKET"."""
-    return ENV_PREFIX + setting.upper().replace(".", "_")
-
-
-# --- loading ----------------------------------------------------------------------------------
+    return _LOADER.env_name(setting)
 
 
 def load_config(
@@ -265,52 +222,7 @@ def load_config(
     (file, ``BLOOMSWARM_AGENT_*`` variable or override), a value of the wrong type, or a
     missing required setting.
     """
-    values: dict[str, object] = {}
-    if path is not None:
-        values.update(_read_file(path))
-    values.update(_read_environ(environ or {}))
-    for name, value in (overrides or {}).items():
-        if value is not None:
-            values[name] = _coerce(name, value, "command line")
-    return _assemble(values)
-
-
-def _read_file(path: Path) -> dict[str, object]:
-    try:
-        with path.open("rb") as fh:
-            document = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    where = f"config file {path}"
-    values: dict[str, object] = {}
-    for key, value in document.items():
-        if key in TABLES:
-            if not isinstance(value, dict):
-                raise ConfigError(f"{where}: {key} must be a table ([{key}])")
-            for sub, sub_value in value.items():
-                values[f"{key}.{sub}"] = sub_value
-        else:
-            values[key] = value
-    return {name: _coerce(name, value, where) for name, value in values.items()}
-
-
-def _read_environ(environ: Mapping[str, str]) -> dict[str, object]:
-    by_env = {env_name(name): name for name in SETTINGS}
-    values: dict[str, object] = {}
-    for variable, text in environ.items():
-        if not variable.startswith(ENV_PREFIX) or variable == CONFIG_ENV:
-            continue
-        name = by_env.get(variable)
-        if name is None:
-            raise ConfigError(f"unknown setting in the environment: {variable}")
-        table = name.split(".", 1)[0] if "." in name else None
-        value = text if _self_parsing(table) else _from_text(SETTINGS[name], text)
-        values[name] = _coerce(name, value, variable)
-    return values
+    return _assemble(_LOADER.load(path, environ=environ, overrides=overrides))
 
 
 def _assemble(values: Mapping[str, object]) -> AgentConfig:
@@ -319,128 +231,14 @@ def _assemble(values: Mapping[str, object]) -> AgentConfig:
             raise ConfigError(
                 f"missing setting {required}: set it in the config file or {env_name(required)}"
             )
-    top: dict[str, object] = {k: v for k, v in values.items() if "." not in k}
-    for table, kind in TABLES.items():
-        sub = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(table + ".")}
-        if not sub:
-            continue
-        if _self_parsing(table):
-            top[table] = kind.from_mapping(sub)
-            continue
-        if kind is S3Config and "bucket" not in sub:
-            raise ConfigError(f"[s3] needs a bucket ({env_name('s3.bucket')})")
-        top[table] = kind(**sub)
+    if _LOADER.table_values(values, "s3") and "s3.bucket" not in values:
+        raise ConfigError(f"[s3] needs a bucket ({env_name('s3.bucket')})")
+    fields = _LOADER.fields(values)
     try:
-        return AgentConfig(**top)  # type: ignore[arg-type]
+        return AgentConfig(**fields)  # type: ignore[arg-type]
     except TypeError as exc:  # a dataclass refusing a value it cannot take
         raise ConfigError(f"invalid agent configuration: {exc}") from exc
 
-
-# --- typing values ----------------------------------------------------------------------------
-
-
-def _from_text(kind: Any, text: str) -> object:
-    """Turn an environment string into the plain value a TOML file would hold."""
-    kind = _optional_inner(kind)
-    text = text.strip()
-    try:
-        if kind is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            return text
-        if kind is int:
-            return int(text.replace("_", ""))
-        if kind is float:
-            return float(text)
-    except ValueError:
-        return text  # _coerce reports the type error with the variable's name
-    if typing.get_origin(kind) is tuple:
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return text
-
-
-_Coercer = Callable[[object], object]
-
-
-def _coerce(name: str, value: object, where: str) -> object:
-    """Check ``value`` against the type of setting ``name``; ConfigError naming both."""
-    if name not in SETTINGS:
-        raise ConfigError(f"{where}: unknown setting {name!r}")
-    if _self_parsing(name.split(".", 1)[0] if "." in name else None):
-        return value  # the table's from_mapping checks it, naming the setting
-    kind = SETTINGS[name]
-    if value is None and _optional_inner(kind) is not kind:
-        return None
-    try:
-        return _coercer(_optional_inner(kind))(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {name} {exc}, got {value!r:.80}") from None
-
-
-def _coercer(kind: Any) -> _Coercer:
-    if typing.get_origin(kind) is tuple:
-        item = _coercer(typing.get_args(kind)[0])
-
-        def sequence(value: object) -> object:
-            if isinstance(value, str | Path):
-                value = [value]
-            if not isinstance(value, list | tuple):
-                raise TypeError("must be a list")
-            return tuple(item(v) for v in value)
-
-        return sequence
-    if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
-
-        def choice(value: object) -> object:
-            if value not in choices:
-                raise ValueError(f"must be one of {', '.join(map(str, choices))}")
-            return value
-
-        return choice
-    return _SIMPLE[kind]
-
-
-def _str_value(value: object) -> object:
-    if not isinstance(value, str):
-        raise TypeError("must be a string")
-    return value
-
-
-def _int_value(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("must be an integer")
-    return value
-
-
-def _float_value(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError("must be a number")
-    return float(value)
-
-
-def _bool_value(value: object) -> object:
-    if not isinstance(value, bool):
-        raise TypeError("must be true or false")
-    return value
-
-
-def _path_value(value: object) -> object:
-    if not isinstance(value, str | Path) or not str(value):
-        raise TypeError("must be a path")
-    return Path(value).expanduser()
-
-
-_SIMPLE: dict[Any, _Coercer] = {
-    str: _str_value,
-    int: _int_value,
-    float: _float_value,
-    bool: _bool_value,
-    Path: _path_value,
-}
 
 __all__ = [
     "CONFIG_ENV",

@@ -10,6 +10,7 @@ failed lookup) while the swap happens under it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing as mp
 import queue
 import shutil
@@ -147,10 +148,8 @@ def _stop_client(client: Any, reports: Any, last: ClientReport | None) -> Client
     """Wait for the stopped client to exit (terminate it if it hangs); return its last report."""
     deadline = time.monotonic() + 10
     while client.is_alive() and time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(queue.Empty):
             last = reports.get(timeout=0.2)
-        except queue.Empty:
-            pass
     if client.is_alive():
         client.terminate()
     client.join(timeout=5)

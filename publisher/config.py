@@ -30,31 +30,25 @@ No secret belongs here: boto3's standard credential chain (``AWS_ACCESS_KEY_ID``
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE`` or ``s3.profile``, shared files, instance and
 pod roles) supplies credentials. An unknown setting in the file or a value of the wrong
 type raises ConfigError naming it; unknown ``BLOOMSWARM_*`` variables are ignored (other
-components use the prefix too).
+components use the prefix too). :mod:`bloomswarm.common.settings` does the reading and
+checking for both components.
 """
 
 from __future__ import annotations
 
 import socket
-import sys
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 from bloomswarm.common.params import Layout
+from bloomswarm.common.settings import SettingsLoader
 from bloomswarm.common.storage import S3Config
 
 from .sources import KeyType
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 ENV_PREFIX = "BLOOMSWARM_"
 _TRACKER_SCHEMES = ("http://", "https://", "udp://")
@@ -156,28 +150,27 @@ class PublisherConfig:
 
 # --- loading ------------------------------------------------------------------------------
 
-_SECTIONS: dict[str, type[Any]] = {"s3": S3Config, "build": BuildDefaults, "tracker": TrackerConfig}
+
+def _layout_value(value: object) -> object:
+    if isinstance(value, Layout):
+        return value
+    if not isinstance(value, str):
+        raise TypeError("must be a string")
+    try:
+        return Layout.parse(value)
+    except ValueError:
+        raise ValueError("must be blocked or standard") from None
 
 
-def _settings() -> dict[str, Any]:
-    """Every dotted setting name and its annotated type."""
-    table: dict[str, Any] = {}
-    for name, kind in typing.get_type_hints(PublisherConfig).items():
-        if name in _SECTIONS:
-            for sub, sub_kind in typing.get_type_hints(_SECTIONS[name]).items():
-                table[f"{name}.{sub}"] = sub_kind
-        else:
-            table[name] = kind
-    return table
+_LOADER = SettingsLoader(PublisherConfig, env_prefix=ENV_PREFIX, coercers={Layout: _layout_value})
 
-
-SETTINGS: dict[str, Any] = _settings()
+SETTINGS: dict[str, Any] = _LOADER.settings
 """Dotted setting name -> the type its value must have."""
 
 
 def env_name(setting: str) -> str:
     """The environment variable of a setting: "s3.bucket" -> "BLOOMSWARM_S3_BUCKET"."""
-    return ENV_PREFIX + setting.upper().replace(".", "_")
+    return _LOADER.env_name(setting)
 
 
 def load_config(
@@ -192,44 +185,7 @@ def load_config(
     flag was not given). Raises ConfigError for an unreadable or invalid file, an unknown
     setting, a value of the wrong type, or a missing ``s3.bucket``.
     """
-    values: dict[str, object] = {}
-    if path is not None:
-        values.update(_read_file(path))
-    values.update(_read_environ(environ or {}))
-    for name, value in (overrides or {}).items():
-        if value is not None:
-            values[name] = _coerce(name, value, "command line")
-    return _assemble(values)
-
-
-def _read_file(path: Path) -> dict[str, object]:
-    try:
-        with path.open("rb") as fh:
-            document = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-    values: dict[str, object] = {}
-    for key, value in document.items():
-        if key in _SECTIONS and isinstance(value, dict):
-            for sub, sub_value in value.items():
-                values[f"{key}.{sub}"] = sub_value
-        else:
-            values[key] = value
-    where = f"config file {path}"
-    return {name: _coerce(name, value, where) for name, value in values.items()}
-
-
-def _read_environ(environ: Mapping[str, str]) -> dict[str, object]:
-    values: dict[str, object] = {}
-    for name, kind in SETTINGS.items():
-        text = environ.get(env_name(name))
-        if text is not None:
-            values[name] = _coerce(name, _from_text(kind, text), env_name(name))
-    return values
+    return _assemble(_LOADER.load(path, environ=environ, overrides=overrides))
 
 
 def _assemble(values: Mapping[str, object]) -> PublisherConfig:
@@ -238,134 +194,9 @@ def _assemble(values: Mapping[str, object]) -> PublisherConfig:
             "no bucket configured: set s3.bucket in the config file, "
             f"{env_name('s3.bucket')} or --bucket"
         )
-    top = {k: v for k, v in values.items() if "." not in k}
-    for section, cls in _SECTIONS.items():
-        sub = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(section + ".")}
-        if sub or section == "s3":
-            top[section] = cls(**sub)
-    return PublisherConfig(**top)  # type: ignore[arg-type]  # values were type-checked above
+    fields = _LOADER.fields(values)  # [s3] always has values: its bucket
+    return PublisherConfig(**fields)  # type: ignore[arg-type]  # values were type-checked above
 
-
-# --- typing values ------------------------------------------------------------------------
-
-
-def _optional_inner(kind: Any) -> Any:
-    """X for ``X | None``; ``kind`` itself otherwise."""
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        if len(args) == 1:
-            return args[0]
-    return kind
-
-
-def _from_text(kind: Any, text: str) -> object:
-    """Turn an environment string into the plain value a TOML file would hold."""
-    kind = _optional_inner(kind)
-    text = text.strip()
-    try:
-        if kind is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            return text
-        if kind is int:
-            return int(text.replace("_", ""))
-        if kind is float:
-            return float(text)
-    except ValueError:
-        return text  # _coerce reports the type error with the variable's name
-    if typing.get_origin(kind) is tuple:
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return text
-
-
-_Coercer = Callable[[object], object]
-
-
-def _coerce(name: str, value: object, where: str) -> object:
-    """Check ``value`` against the type of setting ``name``; ConfigError naming both."""
-    if name not in SETTINGS:
-        raise ConfigError(f"{where}: unknown setting {name!r}")
-    kind = _optional_inner(SETTINGS[name])
-    try:
-        return _coercer(kind)(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where}: {name} {exc}, got {value!r:.80}") from None
-
-
-def _coercer(kind: Any) -> _Coercer:
-    if typing.get_origin(kind) is tuple:
-        item = _coercer(typing.get_args(kind)[0])
-
-        def sequence(value: object) -> object:
-            if not isinstance(value, list | tuple):
-                raise TypeError("must be a list")
-            return tuple(item(v) for v in value)
-
-        return sequence
-    if typing.get_origin(kind) is Literal:
-        choices = typing.get_args(kind)
-
-        def choice(value: object) -> object:
-            if value not in choices:
-                raise ValueError(f"must be one of {', '.join(map(str, choices))}")
-            return value
-
-        return choice
-    return _SIMPLE[kind]
-
-
-def _layout_value(value: object) -> object:
-    if isinstance(value, Layout):
-        return value
-    if not isinstance(value, str):
-        raise TypeError("must be a string")
-    try:
-        return Layout.parse(value)
-    except ValueError:
-        raise ValueError("must be blocked or standard") from None
-
-
-def _str_value(value: object) -> object:
-    if not isinstance(value, str):
-        raise TypeError("must be a string")
-    return value
-
-
-def _int_value(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("must be an integer")
-    return value
-
-
-def _float_value(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError("must be a number")
-    return float(value)
-
-
-def _bool_value(value: object) -> object:
-    if not isinstance(value, bool):
-        raise TypeError("must be true or false")
-    return value
-
-
-def _path_value(value: object) -> object:
-    if not isinstance(value, str | Path) or not str(value):
-        raise TypeError("must be a path")
-    return Path(value).expanduser()
-
-
-_SIMPLE: dict[Any, _Coercer] = {
-    str: _str_value,
-    int: _int_value,
-    float: _float_value,
-    bool: _bool_value,
-    Path: _path_value,
-    Layout: _layout_value,
-}
 
 __all__ = [
     "ENV_PREFIX",

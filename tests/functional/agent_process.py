@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomswarm.common.storage import S3Config
-from tests.functional.s3server import free_port
+from tests.functional.processes import free_port, stop_process
 
 
 def _toml(value: object) -> str:
@@ -92,14 +92,8 @@ class AgentProcess:
         process, self.process = self.process, None
         if process is None:
             return 0
-        if process.poll() is None:
-            process.send_signal(sig)
-            try:
-                return process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout)
-                raise AssertionError(f"agent did not stop on {sig}; log:\n{self.log()}") from None
+        if not stop_process(process, sig=sig, timeout_s=timeout):
+            raise AssertionError(f"agent did not stop on {sig}; log:\n{self.log()}")
         return int(process.returncode)
 
     def log(self) -> str:

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.functional.processes import stop_process
+
 
 def main(data_dir: str) -> int:
     from bloomswarm.common.errors import NotReadyError
@@ -62,11 +64,7 @@ class LiveReader:
         """Close its input (it exits), then terminate / kill it by PID if it lingers."""
         if self.process.stdin is not None:
             self.process.stdin.close()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        stop_process(self.process, sig=None, timeout_s=10)
         if self.process.stdout is not None:
             self.process.stdout.close()
 

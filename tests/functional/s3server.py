@@ -7,15 +7,13 @@ exactly as to S3. The server is stopped by its own PID, never by name.
 from __future__ import annotations
 
 import contextlib
-import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-from types import TracebackType
+
+from tests.functional.processes import Service, free_port, stop_process, wait_for_http
 
 FAKE_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -26,14 +24,7 @@ FAKE_CREDENTIALS = {
 """Environment for boto3 clients talking to moto (moto accepts any credentials)."""
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago on ``host``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-class MotoServer:
+class MotoServer(Service):
     """moto's S3 server (``python -m moto.server``) as a child process on 127.0.0.1.
 
     ``start()`` returns once the server answers HTTP; ``stop()`` terminates it (then
@@ -77,7 +68,7 @@ class MotoServer:
                     env={**os.environ, "PYTHONUNBUFFERED": "1"},
                 )
             self._process, self.port = process, port
-            if self._wait_ready(timeout_s):
+            if wait_for_http(self.host, port, process=process, timeout_s=timeout_s):
                 return self.endpoint
             last_error = self._log.read_text(errors="replace")[-2000:]
             self.stop()
@@ -85,46 +76,12 @@ class MotoServer:
                 break
         raise RuntimeError(f"moto S3 server did not start: {last_error}")
 
-    def _wait_ready(self, timeout_s: float) -> bool:
-        assert self._process is not None and self.port is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                return False
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
-                try:
-                    conn.request("GET", "/")
-                    if conn.getresponse().status < 500:
-                        return True
-                finally:
-                    conn.close()
-            time.sleep(0.1)
-        return False
-
     def stop(self, timeout_s: float = 10.0) -> None:
         """Terminate the server process (kill it after ``timeout_s``) and remove its log."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout_s)
+        if process is not None:
+            stop_process(process, timeout_s=timeout_s)
         if self._log is not None:
             with contextlib.suppress(OSError):
                 self._log.unlink()
             self._log = None
-
-    def __enter__(self) -> MotoServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

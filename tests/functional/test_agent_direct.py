@@ -31,7 +31,8 @@ from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
 from tests.functional.agent_process import AgentProcess
 from tests.functional.live_reader import LiveReader
-from tests.functional.s3server import MotoServer, free_port
+from tests.functional.processes import free_port
+from tests.functional.s3server import MotoServer
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -37,8 +37,8 @@ from bloomswarm.publisher.config import PublisherConfig, load_config
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.retention import apply_retention
 from bloomswarm.publisher.versions import read_manifest, read_verified_manifest, scan_versions
+from tests.functional.processes import free_port
 from tests.functional.publisher_driver import READY_MARK, REQUEST_MARK
-from tests.functional.s3server import free_port
 from tests.unit.publishing_helpers import check_version, make_builder
 
 DRIVER = Path(__file__).with_name("publisher_driver.py")

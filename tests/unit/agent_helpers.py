@@ -1,5 +1,11 @@
 """Shared pieces of the agent's unit tests: keys, publishing into a memory store, an HTTP
-server in front of that store (the "CDN"), and an agent driven step by step."""
+server in front of that store (the "CDN"), and an agent driven step by step.
+
+A test module takes the ``store`` and ``server`` fixtures by naming them at its top level
+(an assignment, not an import: the tests' parameters of the same name would shadow it)::
+
+    store, server = agent_helpers.store, agent_helpers.server
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,8 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from bloomswarm.agent.announcements import HttpAnnouncements
 from bloomswarm.agent.config import (
@@ -154,6 +162,20 @@ class StoreServer:
                 pass
 
         return Handler
+
+
+@pytest.fixture
+def store() -> MemoryObjectStore:
+    """An empty in-memory object store."""
+    return MemoryObjectStore()
+
+
+@pytest.fixture
+def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
+    """A running StoreServer in front of ``store``, stopped at the end of the test."""
+    server = StoreServer(store).start()
+    yield server
+    server.stop()
 
 
 def served_filter_bytes(server: StoreServer) -> int:

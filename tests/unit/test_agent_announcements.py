@@ -17,19 +17,10 @@ from bloomswarm.agent.verify import CheckFailed
 from bloomswarm.common.errors import ObjectNotFound, StorageError
 from bloomswarm.common.manifest import LATEST_KEY, signature_key
 from bloomswarm.common.storage import MemoryObjectStore
+from tests.unit import agent_helpers
 from tests.unit.agent_helpers import PUBLIC, ROGUE_KEY, StoreServer, point_latest, publish
 
-
-@pytest.fixture
-def store() -> MemoryObjectStore:
-    return MemoryObjectStore()
-
-
-@pytest.fixture
-def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
-    server = StoreServer(store).start()
-    yield server
-    server.stop()
+store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
 
 
 @pytest.fixture(params=["store", "http"])

@@ -27,6 +27,7 @@ from bloomswarm.common.datadir import current_filter_path, current_version
 from bloomswarm.common.live import LiveFilter
 from bloomswarm.common.manifest import LATEST_KEY, Manifest
 from bloomswarm.common.storage import MemoryObjectStore
+from tests.unit import agent_helpers
 from tests.unit.agent_helpers import (
     PUBLIC,
     ROGUE_KEY,
@@ -41,17 +42,7 @@ from tests.unit.agent_helpers import (
     stepping,
 )
 
-
-@pytest.fixture
-def store() -> MemoryObjectStore:
-    return MemoryObjectStore()
-
-
-@pytest.fixture
-def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
-    server = StoreServer(store).start()
-    yield server
-    server.stop()
+store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
 
 
 @pytest.fixture

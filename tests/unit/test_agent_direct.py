@@ -14,19 +14,10 @@ from bloomswarm.agent.direct import DirectTransfer
 from bloomswarm.agent.transfer import OriginURL, Transfer, TransferStatus
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import MemoryObjectStore
+from tests.unit import agent_helpers
 from tests.unit.agent_helpers import StoreServer, publish
 
-
-@pytest.fixture
-def store() -> MemoryObjectStore:
-    return MemoryObjectStore()
-
-
-@pytest.fixture
-def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
-    server = StoreServer(store).start()
-    yield server
-    server.stop()
+store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
 
 
 @pytest.fixture

@@ -1,0 +1,319 @@
+"""Layered settings: a tree of frozen dataclasses filled from a TOML file, the environment, flags.
+
+A component describes its configuration as a root dataclass whose fields are settings or
+tables (a field whose type, ``X | None`` included, is itself a dataclass). Every setting has
+a dotted name (``s3.bucket``): the file uses it as table and key, the environment
+upper-cases it with ``_`` for ``.`` behind the component's prefix
+(``BLOOMSWARM_AGENT_S3_BUCKET``), flags pass it by name.
+
+Precedence, lowest first: the defaults written on the dataclasses (the only place defaults
+live), the TOML file, the environment variables, the flags (``overrides``; a None value is
+a flag that was not given). A later source replaces a setting, never a whole table.
+
+Errors: :class:`~bloomswarm.common.errors.ConfigError`, naming the setting and the source
+of the value: ``config file PATH: ...``, the variable (``BLOOMSWARM_S3_BUCKET: ...``) or
+``command line: ...``. It is raised for a missing, unreadable or invalid file, a table given
+as a plain value, an unknown setting (in the file or a flag; in the environment only for a
+``strict`` loader, since components may share a prefix), and a value of the wrong type.
+Checks across settings (required ones, ranges) stay with the component and its dataclasses.
+
+Values are checked against the annotated type: ``str``, ``int`` (not bool), ``float`` (an
+int is accepted), ``bool``, ``Path``, ``tuple[X, ...]`` (a list), ``Literal`` choices,
+``X | None``, and the types a component registers its own coercer for. Environment strings
+are converted first: numbers, ``true``/``false`` (``1``/``0``, ``yes``/``no``, ``on``/``off``),
+comma-separated lists. A table whose dataclass has a ``from_mapping`` classmethod gets its
+raw values (TOML values or environment strings) and checks them itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+Coercer = Callable[[object], object]
+"""Checks one value and returns it converted; TypeError or ValueError with a message that
+reads after the setting's name ("must be an integer")."""
+
+
+def str_value(value: object) -> object:
+    if not isinstance(value, str):
+        raise TypeError("must be a string")
+    return value
+
+
+def int_value(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("must be an integer")
+    return value
+
+
+def float_value(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError("must be a number")
+    return float(value)
+
+
+def bool_value(value: object) -> object:
+    if not isinstance(value, bool):
+        raise TypeError("must be true or false")
+    return value
+
+
+def path_value(value: object) -> object:
+    if not isinstance(value, str | Path) or not str(value):
+        raise TypeError("must be a path")
+    return Path(value).expanduser()
+
+
+SIMPLE: Mapping[Any, Coercer] = {
+    str: str_value,
+    int: int_value,
+    float: float_value,
+    bool: bool_value,
+    Path: path_value,
+}
+"""The coercer of each plain type every loader knows."""
+
+
+def optional_inner(kind: Any) -> Any:
+    """X for ``X | None``; ``kind`` itself otherwise."""
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return kind
+
+
+def from_text(kind: Any, text: str) -> object:
+    """Turn an environment string into the plain value a TOML file would hold."""
+    kind = optional_inner(kind)
+    text = text.strip()
+    try:
+        if kind is bool:
+            lowered = text.lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            return text
+        if kind is int:
+            return int(text.replace("_", ""))
+        if kind is float:
+            return float(text)
+    except ValueError:
+        return text  # the coercer reports the type error with the variable's name
+    if typing.get_origin(kind) is tuple:
+        return [part.strip() for part in text.split(",") if part.strip()]
+    return text
+
+
+def dataclass_tables(root: type[Any]) -> dict[str, type[Any]]:
+    """Table name -> its dataclass: the fields of ``root`` whose type is a dataclass."""
+    tables: dict[str, type[Any]] = {}
+    for name, kind in typing.get_type_hints(root).items():
+        inner = optional_inner(kind)
+        if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+            tables[name] = inner
+    return tables
+
+
+class SettingsLoader:
+    """Reads, type-checks and layers the settings of one root dataclass.
+
+    ``env_prefix`` starts every environment variable. ``coercers`` adds component types
+    (the publisher's ``Layout``). ``scalar_lists`` accepts a single string or path where a
+    list is expected, as a list of one.
+
+    A ``strict`` loader reads every variable with the prefix (but those in ``ignore_env``),
+    in the environment's order, and refuses one that names no setting; a table given as a
+    plain value in the file is refused as such. A lenient loader reads only the variables
+    of its settings, in setting order, and reports a table given as a plain value as an
+    unknown setting.
+    """
+
+    def __init__(
+        self,
+        root: type[Any],
+        *,
+        env_prefix: str,
+        coercers: Mapping[Any, Coercer] | None = None,
+        strict: bool = False,
+        ignore_env: Iterable[str] = (),
+        scalar_lists: bool = False,
+    ) -> None:
+        self.root = root
+        self.env_prefix = env_prefix
+        self.strict = strict
+        self.ignore_env = frozenset(ignore_env)
+        self.scalar_lists = scalar_lists
+        self._coercers: dict[Any, Coercer] = {**SIMPLE, **(coercers or {})}
+        self.tables: dict[str, type[Any]] = dataclass_tables(root)
+        """Table name -> the dataclass it builds, in field order."""
+        self.settings: dict[str, Any] = self._settings()
+        """Dotted setting name -> the type its value must have, in field order."""
+
+    def _settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {}
+        for name, kind in typing.get_type_hints(self.root).items():
+            table = self.tables.get(name)
+            if table is None:
+                settings[name] = kind
+            else:
+                for sub, sub_kind in typing.get_type_hints(table).items():
+                    settings[f"{name}.{sub}"] = sub_kind
+        return settings
+
+    def env_name(self, setting: str) -> str:
+        """The environment variable of a setting: "s3.bucket" -> PREFIX + "S3_BUCKET"."""
+        return self.env_prefix + setting.upper().replace(".", "_")
+
+    def _self_parsing(self, name: str) -> bool:
+        """Whether setting ``name`` is in a table whose dataclass checks its own values."""
+        table = name.split(".", 1)[0] if "." in name else None
+        return table is not None and hasattr(self.tables.get(table), "from_mapping")
+
+    # --- reading --------------------------------------------------------------------------
+
+    def load(
+        self,
+        path: Path | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        overrides: Mapping[str, object] | None = None,
+    ) -> dict[str, object]:
+        """The checked values of ``path`` (TOML), ``environ`` and ``overrides``, later ones
+        replacing earlier ones, by dotted name. None values in ``overrides`` are skipped."""
+        values: dict[str, object] = {}
+        if path is not None:
+            values.update(self.read_file(path))
+        values.update(self.read_environ(environ or {}))
+        for name, value in (overrides or {}).items():
+            if value is not None:
+                values[name] = self.coerce(name, value, "command line")
+        return values
+
+    def read_file(self, path: Path) -> dict[str, object]:
+        """The checked values of a TOML file, by dotted name."""
+        try:
+            with path.open("rb") as fh:
+                document = tomllib.load(fh)
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        where = f"config file {path}"
+        values: dict[str, object] = {}
+        for key, value in document.items():
+            if key in self.tables and (self.strict or isinstance(value, dict)):
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{where}: {key} must be a table ([{key}])")
+                for sub, sub_value in value.items():
+                    values[f"{key}.{sub}"] = sub_value
+            else:
+                values[key] = value  # a lenient loader's plain-valued table: unknown setting
+        return {name: self.coerce(name, value, where) for name, value in values.items()}
+
+    def read_environ(self, environ: Mapping[str, str]) -> dict[str, object]:
+        """The checked values of the variables with the prefix, by dotted name."""
+        by_env = {self.env_name(name): name for name in self.settings}
+        if self.strict:
+            variables = [v for v in environ if v.startswith(self.env_prefix) and v not in self.ignore_env]
+        else:
+            variables = [v for v in by_env if v in environ]
+        values: dict[str, object] = {}
+        for variable in variables:
+            name = by_env.get(variable)
+            if name is None:
+                raise ConfigError(f"unknown setting in the environment: {variable}")
+            text = environ[variable]
+            value = text if self._self_parsing(name) else from_text(self.settings[name], text)
+            values[name] = self.coerce(name, value, variable)
+        return values
+
+    # --- checking -------------------------------------------------------------------------
+
+    def coerce(self, name: str, value: object, where: str) -> object:
+        """Check ``value`` against the type of setting ``name``; ConfigError naming the
+        setting and ``where`` the value came from."""
+        if name not in self.settings:
+            raise ConfigError(f"{where}: unknown setting {name!r}")
+        if self._self_parsing(name):
+            return value  # the table's from_mapping checks it, naming the setting
+        kind = self.settings[name]
+        if value is None and optional_inner(kind) is not kind:
+            return None
+        try:
+            return self._coercer(optional_inner(kind))(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {name} {exc}, got {value!r:.80}") from None
+
+    def _coercer(self, kind: Any) -> Coercer:
+        if typing.get_origin(kind) is tuple:
+            item = self._coercer(typing.get_args(kind)[0])
+            scalar_lists = self.scalar_lists
+
+            def sequence(value: object) -> object:
+                if scalar_lists and isinstance(value, str | Path):
+                    value = [value]
+                if not isinstance(value, list | tuple):
+                    raise TypeError("must be a list")
+                return tuple(item(v) for v in value)
+
+            return sequence
+        if typing.get_origin(kind) is Literal:
+            choices = typing.get_args(kind)
+
+            def choice(value: object) -> object:
+                if value not in choices:
+                    raise ValueError(f"must be one of {', '.join(map(str, choices))}")
+                return value
+
+            return choice
+        return self._coercers[kind]
+
+    # --- building -------------------------------------------------------------------------
+
+    def table_values(self, values: Mapping[str, object], table: str) -> dict[str, object]:
+        """The values of one table, by their key inside it."""
+        return {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(table + ".")}
+
+    def fields(self, values: Mapping[str, object]) -> dict[str, object]:
+        """Keyword arguments for the root dataclass: the top-level values, and each table
+        that has values built from them (by ``from_mapping`` when it has one), in field
+        order. A table without values is left to its default."""
+        top: dict[str, object] = {k: v for k, v in values.items() if "." not in k}
+        for table, kind in self.tables.items():
+            sub = self.table_values(values, table)
+            if sub:
+                from_mapping = getattr(kind, "from_mapping", None)
+                top[table] = from_mapping(sub) if from_mapping is not None else kind(**sub)
+        return top
+
+
+__all__ = [
+    "SIMPLE",
+    "Coercer",
+    "SettingsLoader",
+    "bool_value",
+    "dataclass_tables",
+    "float_value",
+    "from_text",
+    "int_value",
+    "optional_inner",
+    "path_value",
+    "str_value",
+]
