@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full command-line parser, with every subcommand registered."""
     parser = _Parser(
         prog="bloomswarm",
-        description="Versioned Bloom filter files: build and publish them, run the agent that distributes them over BitTorrent, query them.",
+        description="Versioned Bloom filter files: build and publish them, run the agent "
+        "that distributes them over BitTorrent, query them.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
