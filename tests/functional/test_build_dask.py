@@ -32,18 +32,17 @@ from bloomswarm.publisher.source_inputs import ENDPOINT_ENV
 from bloomswarm.publisher.source_keys import KeyType
 from bloomswarm.publisher.sources import SourceSpec
 
-dask_distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 
 
 @pytest.fixture(scope="module")
 def scheduler(s3_server: str) -> Iterator[str]:
-    """A LocalCluster of 2 worker processes; yields its scheduler address.
+    """A LocalCluster of 2 worker processes, as ``--engine dask`` starts it; yields its
+    scheduler address.
 
     Depends on the S3 server fixture so that the workers inherit its credentials.
     """
-    cluster = dask_distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-    )
+    cluster = distributed.start_local_cluster(2)
     try:
         yield str(cluster.scheduler_address)
     finally:
@@ -202,4 +201,7 @@ def test_cli_dask_errors_are_one_line(tmp_path: Path, scheduler: str,
     assert err == f"bloomswarm build: error: {tmp_path / 'k.txt'}:2: not an integer: b'nope'\n"
     assert main(["-q", "build", str(tmp_path / "k.txt"), "-o", str(out), "--scheduler", scheduler]) == 1
     assert "--scheduler and --workers need --engine dask" in capsys.readouterr().err
+    assert main(["-q", "build", str(tmp_path / "k.txt"), "-o", str(out), "--engine", "dask",
+                 "--scheduler", scheduler, "--workers", "2"]) == 1
+    assert "cannot be combined with --scheduler" in capsys.readouterr().err
     assert not out.exists()
