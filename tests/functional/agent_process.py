@@ -143,5 +143,6 @@ class AgentProcess:
             time.sleep(0.1)
 
     def current_version(self) -> int | None:
-        value: int | None = self.status()["current_version"]
+        """The installed version, or None (also before the agent's first status report)."""
+        value: int | None = self.status().get("current_version")
         return value

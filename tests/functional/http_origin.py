@@ -6,7 +6,9 @@ single ``Range: bytes=a-b`` (what libtorrent's web seed sends), and counts the p
 bytes it actually wrote to sockets, so a test can compare the agents' own accounting
 with the origin's. It can also cap its send rate (a slow origin) and refuse requests
 (an origin that is down). ``connection_rate_limit`` caps each connection on its own, like
-S3, whose throughput per connection is bounded while the aggregate scales.
+S3, whose throughput per connection is bounded while the aggregate scales. A URL with an
+``expires=<unix time>`` query parameter in the past is refused with 403 and counted in
+``forbidden``, like an expired presigned URL.
 
 It runs in a thread of the test process (``start()`` / ``stop()``, or as a context
 manager); no process is started.
@@ -21,7 +23,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.functional.processes import Service
 
@@ -50,6 +52,7 @@ class CountingOrigin(Service):
         self._lock = threading.Lock()
         self._bytes_sent = 0
         self._requests = 0
+        self._forbidden = 0
         self._budget_start = time.monotonic()
         self._budget_bytes = 0
         self._server: ThreadingHTTPServer | None = None
@@ -78,11 +81,18 @@ class CountingOrigin(Service):
         with self._lock:
             return self._requests
 
+    @property
+    def forbidden(self) -> int:
+        """Requests refused because their URL had expired."""
+        with self._lock:
+            return self._forbidden
+
     def reset_counters(self) -> None:
-        """Set ``bytes_sent`` and ``requests`` back to 0."""
+        """Set ``bytes_sent``, ``requests`` and ``forbidden`` back to 0."""
         with self._lock:
             self._bytes_sent = 0
             self._requests = 0
+            self._forbidden = 0
 
     def _count(self, sent: int) -> None:
         with self._lock:
@@ -147,7 +157,14 @@ class CountingOrigin(Service):
                 if not origin.available:
                     self._error(503, "origin unavailable")
                     return
-                name = unquote(urlsplit(self.path).path).lstrip("/")
+                parts = urlsplit(self.path)
+                expires = parse_qs(parts.query).get("expires")
+                if expires and float(expires[0]) < time.time():
+                    with origin._lock:
+                        origin._forbidden += 1
+                    self._error(403, "request has expired")
+                    return
+                name = unquote(parts.path).lstrip("/")
                 path = (origin.root / name).resolve()
                 if origin.root not in path.parents or not path.is_file():
                     self._error(404, "not found")

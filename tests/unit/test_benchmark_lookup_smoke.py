@@ -65,4 +65,4 @@ def test_quick_run_writes_positive_numbers(tmp_path: Path) -> None:
     assert _positive(shared["pss_sum"])
 
     statuses = {check["status"] for check in data["checks"]}
-    assert len(data["checks"]) == 7 and statuses <= {"PASS", "FAIL", "SKIP"}
+    assert len(data["checks"]) == 8 and statuses <= {"PASS", "FAIL", "SKIP"}
