@@ -3,8 +3,11 @@
     DATA_DIR/
       current -> versions/v42         symlink, flipped atomically on every swap
       versions/v42/filter.bsf         installed versions, files mode 0444, never modified
-      versions/v41/filter.bsf
-      staging/                        downloads in progress; readers never look here
+      versions/v42/manifest.json      its signed manifest (+ .sig) and filter.torrent,
+                                      so a restarted agent can re-seed and re-check it
+      versions/v41/...
+      staging/v43/                    a download in progress (+ .resume); readers never look here
+      state.json                      the agent's last accepted pointer sequence (replay guard)
 
 The agent is the only writer. Readers resolve ``current`` and open ``filter.bsf``
 inside it.
