@@ -110,9 +110,13 @@ class OpenTracker(Service):
         self._write_whitelist(self._dir)
         os.kill(self._process.pid, signal.SIGHUP)
         deadline = time.monotonic() + timeout
+        last_hup = time.monotonic()
         while not self._accepts(info_hash_v1):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"opentracker did not whitelist {info_hash_v1}")
+            if time.monotonic() - last_hup > 1.0:  # a reload was seen to be missed once
+                os.kill(self._process.pid, signal.SIGHUP)
+                last_hup = time.monotonic()
             time.sleep(0.05)
 
     def _accepts(self, info_hash_hex: str) -> bool:
