@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,21 @@ class LiveReader:
             raise RuntimeError(f"live reader exited with {self.process.wait()}")
         answer: dict[str, Any] = json.loads(line)
         return answer
+
+    def answers(self, version: int, present: list[str], absent: list[str]) -> bool:
+        """True when the reader serves ``version``, finds every present key and no absent one."""
+        answer = self.ask(present + absent)
+        hits = answer["hits"] or []
+        return bool(answer["version"] == version and all(hits[: len(present)])
+                    and not any(hits[len(present):]))
+
+    def wait_until_serving(self, version: int, present: list[str], absent: list[str],
+                           timeout_s: float = 30.0) -> None:
+        """Wait until :meth:`answers` holds for ``version``; AssertionError after the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while not self.answers(version, present, absent):
+            assert time.monotonic() < deadline, f"LiveFilter never served v{version}: {self.ask(present[:1])}"
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Close its input (it exits), then terminate / kill it by PID if it lingers."""

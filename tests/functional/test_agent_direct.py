@@ -95,20 +95,6 @@ def _on(version: int) -> object:
     return lambda agent: agent.current_version() == version
 
 
-def _answers(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> bool:
-    answer = reader.ask(present + absent)
-    hits = answer["hits"] or []
-    return bool(answer["version"] == version and all(hits[: len(present)])
-                and not any(hits[len(present):]))
-
-
-def _wait_reader(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> None:
-    deadline = time.monotonic() + 30
-    while not _answers(reader, version, present, absent):
-        assert time.monotonic() < deadline, reader.ask(present[:1])
-        time.sleep(0.05)
-
-
 def test_agents_install_then_swap_and_a_live_filter_follows(fleet: Fleet) -> None:
     v1 = fleet.publish(_keys(1))
     agents = [fleet.agent("a"), fleet.agent("b")]
@@ -116,7 +102,7 @@ def test_agents_install_then_swap_and_a_live_filter_follows(fleet: Fleet) -> Non
         agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
         assert agent.http_status("/readyz") == 200 and agent.http_status("/healthz") == 200
     reader = fleet.reader(agents[0])
-    _wait_reader(reader, 1, _keys(1)[:50], _keys(2)[:3])
+    reader.wait_until_serving(1, _keys(1)[:50], _keys(2)[:3])
     installed = agents[0].data_dir / "versions" / "v1" / "filter.bsf"
     assert hashlib.sha256(installed.read_bytes()).hexdigest() == v1.sha256
     assert oct(installed.stat().st_mode & 0o777) == "0o444"
@@ -127,7 +113,7 @@ def test_agents_install_then_swap_and_a_live_filter_follows(fleet: Fleet) -> Non
         assert agent.metric("swaps_total") == 2
         assert agent.metric("swap_latency_seconds_count") == 2
         assert agent.metric("bytes_from_origin_total") > 0
-    _wait_reader(reader, 2, _keys(2)[:50], [])
+    reader.wait_until_serving(2, _keys(2)[:50], [])
     for agent in agents:
         assert agent.stop() == 0  # SIGTERM: a clean exit
         assert "event=stopped" in agent.log()
@@ -139,7 +125,7 @@ def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
     for agent in agents:
         agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
     reader = fleet.reader(agents[0])
-    _wait_reader(reader, 1, _keys(1)[:20], [])
+    reader.wait_until_serving(1, _keys(1)[:20], [])
     pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")  # latest stays while we stage faults
 
     # A tampered manifest: changed after it was signed.
@@ -173,13 +159,13 @@ def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
         assert "SHA-256" in agent.status()["last_error"]
         assert not (agent.data_dir / "versions" / "v2").exists()
         assert not (agent.data_dir / "versions" / "v3").exists()
-    assert _answers(reader, 1, _keys(1)[:20], _keys(3)[:3])
+    assert reader.answers(1, _keys(1)[:20], _keys(3)[:3])
     assert "event=verification_failed" in agents[0].log()
 
     fleet.store.put(v3.filter_key, stored.data)  # the origin repaired: the retry succeeds
     for agent in agents:
         agent.wait_for("v3 installed after repair", _on(3))  # type: ignore[arg-type]
-    _wait_reader(reader, 3, _keys(3)[:20], [])
+    reader.wait_until_serving(3, _keys(3)[:20], [])
 
 
 def test_downgrade_refused_and_a_signed_pin_followed(fleet: Fleet) -> None:
@@ -194,7 +180,7 @@ def test_downgrade_refused_and_a_signed_pin_followed(fleet: Fleet) -> None:
     pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")
     agent.wait_for("rolled back to v1", _on(1))  # type: ignore[arg-type]
     reader = fleet.reader(agent)
-    _wait_reader(reader, 1, _keys(1)[:20], _keys(2)[:3])
+    reader.wait_until_serving(1, _keys(1)[:20], _keys(2)[:3])
 
 
 def test_too_little_disk_is_refused_before_download(fleet: Fleet) -> None:
@@ -286,7 +272,7 @@ def test_s3_outage_keeps_serving_and_recovers(tmp_path: Path, s3_server: str) ->
         agent = fleet.agent("a")
         agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
         reader = fleet.reader(agent)
-        _wait_reader(reader, 1, _keys(1)[:20], [])
+        reader.wait_until_serving(1, _keys(1)[:20], [])
         saved = {key: fleet.store.get(key) for key in fleet.store.list()}
 
         server.stop()  # by its PID
@@ -294,7 +280,7 @@ def test_s3_outage_keeps_serving_and_recovers(tmp_path: Path, s3_server: str) ->
         agent.wait_for("origin errors counted", lambda a: a.metric("origin_errors_total") >= errors + 3)
         deadline = time.monotonic() + 8.0  # stay down a while longer, serving all along
         while time.monotonic() < deadline:
-            assert _answers(reader, 1, _keys(1)[:20], [])
+            assert reader.answers(1, _keys(1)[:20], [])
             assert agent.http_status("/readyz") == 200
             time.sleep(0.5)
         assert agent.current_version() == 1
@@ -306,7 +292,7 @@ def test_s3_outage_keeps_serving_and_recovers(tmp_path: Path, s3_server: str) ->
             fleet.store.put(key, stored.data)
         fleet.publish(_keys(2))
         agent.wait_for("v2 installed after the outage", _on(2))  # type: ignore[arg-type]
-        _wait_reader(reader, 2, _keys(2)[:20], [])
+        reader.wait_until_serving(2, _keys(2)[:20], [])
         assert "event=origin_error" in agent.log()
     finally:
         if fleet is not None:

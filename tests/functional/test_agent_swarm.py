@@ -282,20 +282,6 @@ def _wait_all(fleet: SwarmFleet, what: str, version: int, limit_s: float = 90.0)
             raise AssertionError(f"{agent.root.name}: {exc}\n\nfleet:\n{fleet.describe()}") from None
 
 
-def _answers(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> bool:
-    answer = reader.ask(present + absent)
-    hits = answer["hits"] or []
-    return bool(answer["version"] == version and all(hits[: len(present)])
-                and not any(hits[len(present):]))
-
-
-def _wait_reader(reader: LiveReader, version: int, present: list[str], absent: list[str]) -> None:
-    deadline = time.monotonic() + 30
-    while not _answers(reader, version, present, absent):
-        assert time.monotonic() < deadline, f"LiveFilter never served v{version}: {reader.ask(present[:1])}"
-        time.sleep(0.05)
-
-
 def _check_installed(fleet: SwarmFleet, manifest: Manifest) -> None:
     for agent in fleet.agents:
         installed = agent.data_dir / "versions" / f"v{manifest.version}" / "filter.bsf"
@@ -320,7 +306,7 @@ def _publish_and_follow(
     _wait_all(fleet, "v1 installed", 1)
     _check_installed(fleet, v1)
     reader = fleet.reader(fleet.agents[0])
-    _wait_reader(reader, 1, _keys(1)[:50], _keys(2)[:3])
+    reader.wait_until_serving(1, _keys(1)[:50], _keys(2)[:3])
     agents_v1, proxy_v1 = fleet.origin_bytes(), fleet.proxy.filter_bytes
 
     fleet.hold_latest(1)
@@ -331,7 +317,7 @@ def _publish_and_follow(
     fleet.point_latest(2)
     _wait_all(fleet, "v2 installed", 2)
     _check_installed(fleet, v2)
-    _wait_reader(reader, 2, _keys(2)[:50], [])
+    reader.wait_until_serving(2, _keys(2)[:50], [])
     agents_v2, proxy_v2 = fleet.origin_bytes() - agents_v1, fleet.proxy.filter_bytes - proxy_v1
 
     copies = {"agents_v1": agents_v1 / v1.size, "proxy_v1": proxy_v1 / v1.size,
