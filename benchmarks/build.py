@@ -328,7 +328,7 @@ def big_filter(size: int) -> FilterBuilder:
 @contextlib.contextmanager
 def moto_server() -> Iterator[str]:
     """moto's S3 server as a child process, with fake credentials; yields its endpoint."""
-    from tests.functional.s3server import FAKE_CREDENTIALS, MotoServer
+    from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
 
     saved = {k: os.environ.get(k) for k in [*FAKE_CREDENTIALS, "NO_PROXY", "no_proxy"]}
     os.environ.update(FAKE_CREDENTIALS)

@@ -33,6 +33,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.http_origin import CountingOrigin
 from tests.functional.swarm_fleet import (
     MIB,
@@ -42,7 +43,6 @@ from tests.functional.swarm_fleet import (
     run_fleet,
     write_random_file,
 )
-from tests.functional.tracker import OpenTracker
 
 
 def _row(discovery: str, policy: str, results: list[FleetResult]) -> dict[str, Any]:

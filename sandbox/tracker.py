@@ -1,0 +1,141 @@
+"""Debian's opentracker as a child process on 127.0.0.1.
+
+Debian builds opentracker in whitelist mode: it answers announces only for info-hashes
+listed in its whitelist file (``access.whitelist`` in its config), and re-reads the file
+on SIGHUP. A hybrid v1+v2 torrent is announced under its v1 info-hash and under the
+first 40 hex characters of its v2 info-hash, so :meth:`OpenTracker.allow` lists both.
+
+The tracker runs in a private temporary directory (``-d``: as root it chroots there and
+drops to ``nobody``, so the directory is world-readable and the whitelist path is
+relative to it). It is stopped by its own PID, never by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bloomswarm.sandbox.processes import Service, free_port, stop_process, wait_for_http
+
+WHITELIST = "whitelist.txt"
+
+
+class OpenTracker(Service):
+    """An ``opentracker`` process on ``host`` (a free port) with an empty whitelist.
+
+    ``announce_url`` is what torrents and agents announce to. ``allow()`` whitelists a
+    torrent and returns once the tracker answers for it.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", binary: str = "opentracker") -> None:
+        self.host = host
+        self.binary = binary
+        self.port = 0
+        self._dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._hashes: list[str] = []
+
+    @property
+    def announce_url(self) -> str:
+        """The HTTP announce URL, e.g. ``http://127.0.0.1:41234/announce``."""
+        return f"http://{self.host}:{self.port}/announce"
+
+    @property
+    def pid(self) -> int:
+        """The tracker's process id (only while running)."""
+        if self._process is None:
+            raise RuntimeError("opentracker is not running")
+        return self._process.pid
+
+    def start(self, timeout: float = 10.0, attempts: int = 3) -> OpenTracker:
+        """Start the tracker and wait until it answers HTTP; RuntimeError with its output
+        when it does not."""
+        if self._process is not None:
+            return self
+        directory = Path(tempfile.mkdtemp(prefix="opentracker-"))
+        directory.chmod(0o755)  # readable after it drops privileges to nobody
+        (directory / "opentracker.conf").write_text(f"access.whitelist {WHITELIST}\n")
+        self._write_whitelist(directory)
+        self._dir = directory
+        output = ""
+        for _ in range(attempts):
+            self.port = free_port(self.host, udp=True)
+            log = directory / "opentracker.log"
+            with log.open("wb") as out:
+                self._process = subprocess.Popen(
+                    [self.binary, "-f", "opentracker.conf", "-i", self.host,
+                     "-p", str(self.port), "-P", str(self.port), "-d", str(directory)],
+                    cwd=directory,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            if wait_for_http(self.host, self.port, path="/scrape", process=self._process,
+                             timeout_s=timeout, interval_s=0.05):
+                return self
+            output = log.read_text(errors="replace")
+            self._terminate()
+        self.stop()
+        raise RuntimeError(f"opentracker did not start: {output[-2000:]}")
+
+    def _write_whitelist(self, directory: Path) -> None:
+        path = directory / WHITELIST
+        tmp = directory / (WHITELIST + ".tmp")
+        tmp.write_text("".join(f"{h}\n" for h in self._hashes))
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
+
+    def allow(self, info_hash_v1: str, info_hash_v2: str | None = None, timeout: float = 10.0) -> None:
+        """Whitelist a torrent (its v1 hex info-hash and the first 40 hex characters of
+        its v2 one), SIGHUP the tracker and wait until it accepts announces for it."""
+        if self._process is None or self._dir is None:
+            raise RuntimeError("opentracker is not running")
+        for value in (info_hash_v1, info_hash_v2[:40] if info_hash_v2 else None):
+            if value and value.lower() not in self._hashes:
+                self._hashes.append(value.lower())
+        self._write_whitelist(self._dir)
+        os.kill(self._process.pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        last_hup = time.monotonic()
+        while not self._accepts(info_hash_v1):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"opentracker did not whitelist {info_hash_v1}")
+            if time.monotonic() - last_hup > 1.0:  # a reload was seen to be missed once
+                os.kill(self._process.pid, signal.SIGHUP)
+                last_hup = time.monotonic()
+            time.sleep(0.05)
+
+    def _accepts(self, info_hash_hex: str) -> bool:
+        """Whether an announce for the hash is accepted. It announces ``event=stopped``
+        from a fake peer, which adds no peer to the swarm."""
+        quoted = "".join(f"%{b:02x}" for b in bytes.fromhex(info_hash_hex))
+        path = (f"/announce?info_hash={quoted}&peer_id=-PROBE-0000000000000&port=9"
+                "&uploaded=0&downloaded=0&left=0&compact=1&event=stopped")
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
+            try:
+                conn.request("GET", path)
+                body = conn.getresponse().read()
+                return b"failure reason" not in body
+            finally:
+                conn.close()
+        return False
+
+    def _terminate(self, timeout: float = 5.0) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            stop_process(process, timeout_s=timeout)
+
+    def stop(self) -> None:
+        """Stop the tracker by its PID and delete its directory."""
+        self._terminate()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
