@@ -7,7 +7,9 @@ In order, cheapest first; the first failure raises :class:`CheckFailed` naming t
 ``torrent``     the .torrent parses and holds exactly one file, named ``filter.bsf``, of the
                 manifest's size and piece size
 ``info_hash``   the torrent's v1 and v2 info-hashes equal the manifest's (the manifest is
-                signed; the torrent is not, so this ties the piece hashes to the signature)
+                signed; the torrent is not, so this ties the piece hashes to the signature).
+                A v1 torrent has no v2 info-hash, and then neither may the manifest: a
+                hybrid torrent under a v1 manifest, or the reverse, is refused
 ``transfer``    the transfer reports the download finished: every piece on disk and
                 hash-checked (libtorrent), no error
 ``size``        the file's size equals the manifest's
@@ -54,7 +56,9 @@ class TorrentSummary:
     """What the gate reads from a .torrent file."""
 
     info_hash_v1: str
-    info_hash_v2: str
+    """Empty for a v2-only torrent (which no manifest matches)."""
+    info_hash_v2: str | None
+    """None for a v1 torrent."""
     file_name: str
     total_size: int
     piece_size: int
@@ -73,7 +77,7 @@ def read_torrent(torrent: bytes) -> TorrentSummary:
         raise CheckFailed("torrent", f"the torrent holds {len(names)} files, expected one")
     return TorrentSummary(
         info_hash_v1=str(hashes.v1) if hashes.has_v1() else "",
-        info_hash_v2=str(hashes.v2) if hashes.has_v2() else "",
+        info_hash_v2=str(hashes.v2) if hashes.has_v2() else None,
         file_name=names[0],
         total_size=int(info.total_size()),
         piece_size=int(info.piece_length()),
@@ -97,7 +101,7 @@ def check_torrent(manifest: Manifest, torrent: bytes) -> TorrentSummary:
         raise CheckFailed(
             "info_hash",
             f"torrent info-hashes v1 {summary.info_hash_v1 or '-'} v2 {summary.info_hash_v2 or '-'} "
-            f"differ from the manifest's v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2}",
+            f"differ from the manifest's v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2 or '-'}",
         )
     return summary
 

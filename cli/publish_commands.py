@@ -74,6 +74,8 @@ def register(commands: Any) -> None:
     publish.add_argument("--fpp", type=fpp_value, help="target false-positive rate (0.01)")
     publish.add_argument("--layout", type=layout_value, help="blocked (default) or standard")
     publish.add_argument("--seed", type=seed_value, help="hash seed, 0..2**32-1")
+    publish.add_argument("--torrent-format", choices=("v1", "hybrid"),
+                         help="v1 (default: every BitTorrent client reads it) or hybrid v1+v2")
     add_build_engine_options(publish)
     publish.set_defaults(handler=run_publish)
 
@@ -144,6 +146,7 @@ _FLAG_SETTINGS = {
     "fpp": "build.fpp",
     "layout": "build.layout",
     "seed": "build.seed",
+    "torrent_format": "torrent_format",
     "whitelist": "tracker.whitelist",
     "pid_file": "tracker.pid_file",
     "interval": "tracker.interval_s",
@@ -209,7 +212,8 @@ def run_publish(args: argparse.Namespace) -> int:
             return
         print(f"published v{result.version}: {config.s3.url}/{manifest.filter_key}, "
               f"{manifest.size:,} bytes, {manifest.filter.key_count:,} keys, "
-              f"info-hash v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2}", flush=True)
+              f"{manifest.torrent_format} torrent, info-hash v1 {manifest.info_hash_v1}"
+              + (f" v2 {manifest.info_hash_v2}" if manifest.info_hash_v2 else ""), flush=True)
         if result.latest_moved:
             print(f"latest.json -> v{result.version}", flush=True)
         elif result.pinned_at is not None:

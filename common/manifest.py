@@ -3,7 +3,7 @@
 Object keys (relative to the store's prefix)::
 
     v{N}/{attempt}/filter.bsf      the filter file, uploaded by one publish attempt
-    v{N}/{attempt}/filter.torrent  its hybrid v1+v2 torrent
+    v{N}/{attempt}/filter.torrent  its torrent (v1, or hybrid v1+v2)
     v{N}/manifest.json             the Manifest, canonical JSON; claims vN (IfNoneMatch='*')
                                    and names the attempt's two objects
     v{N}/manifest.json.sig         detached Ed25519 signature over those exact bytes (base64)
@@ -401,8 +401,9 @@ class Manifest:
     """SHA-256 of the whole filter file, 64 lower-case hex characters."""
     info_hash_v1: str
     """BitTorrent v1 info-hash (SHA-1), 40 lower-case hex characters."""
-    info_hash_v2: str
-    """BitTorrent v2 info-hash (SHA-256), 64 lower-case hex characters."""
+    info_hash_v2: str | None
+    """BitTorrent v2 info-hash (SHA-256), 64 lower-case hex characters, of a hybrid v1+v2
+    torrent; None for a v1-only torrent, whose manifest has no ``info_hash_v2`` field."""
     piece_size: int
     """Torrent piece size in bytes: a power of two, at least 16 KiB."""
     filter: FilterSummary
@@ -435,7 +436,8 @@ class Manifest:
         _check_int(self.size, "manifest size", HEADER_SIZE)
         _check_hex(self.sha256, 64, "manifest sha256")
         _check_hex(self.info_hash_v1, 40, "manifest info_hash_v1")
-        _check_hex(self.info_hash_v2, 64, "manifest info_hash_v2")
+        if self.info_hash_v2 is not None:
+            _check_hex(self.info_hash_v2, 64, "manifest info_hash_v2")
         _check_int(self.piece_size, "manifest piece_size", MIN_PIECE_SIZE)
         _require(
             self.piece_size & (self.piece_size - 1) == 0,
@@ -451,9 +453,16 @@ class Manifest:
         object.__setattr__(self, "extra", _check_extra(self.extra, _MANIFEST_FIELDS, "manifest"))
         self.to_bytes()  # FormatError for anything JSON cannot carry exactly
 
+    @property
+    def torrent_format(self) -> str:
+        """"hybrid" when the torrent is v1+v2 (a v2 info-hash is recorded), else "v1"."""
+        return "v1" if self.info_hash_v2 is None else "hybrid"
+
     def to_dict(self) -> dict[str, Any]:
-        """The JSON object form, ``extra`` merged in."""
+        """The JSON object form, ``extra`` merged in; no ``info_hash_v2`` for a v1 torrent."""
         obj = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        if obj["info_hash_v2"] is None:
+            del obj["info_hash_v2"]
         obj["filter"] = self.filter.to_dict()
         obj.update(self.extra)
         return obj
@@ -478,7 +487,7 @@ class Manifest:
             size=r.integer("size"),
             sha256=r.text("sha256"),
             info_hash_v1=r.text("info_hash_v1"),
-            info_hash_v2=r.text("info_hash_v2"),
+            info_hash_v2=r.text("info_hash_v2") if "info_hash_v2" in obj else None,
             piece_size=r.integer("piece_size"),
             filter=FilterSummary.from_dict(r.mapping("filter")),
             created_at=r.integer("created_at"),

@@ -11,6 +11,7 @@ upper-cases it with ``_`` for ``.`` behind ``BLOOMSWARM_``, the CLI passes it by
     signing_key = "/etc/bloomswarm/publisher.key"  # BLOOMSWARM_SIGNING_KEY
     keep_versions = 5                              # BLOOMSWARM_KEEP_VERSIONS
     trackers = ["http://tracker-1:6969/announce"]  # BLOOMSWARM_TRACKERS (comma-separated)
+    torrent_format = "v1"                          # BLOOMSWARM_TORRENT_FORMAT
 
     [s3]
     bucket = "filters"                             # BLOOMSWARM_S3_BUCKET
@@ -40,7 +41,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
@@ -51,6 +52,10 @@ from bloomswarm.common.storage import S3Config
 from .sources import KeyType
 
 ENV_PREFIX = "BLOOMSWARM_"
+
+TorrentFormat = Literal["v1", "hybrid"]
+"""The torrent the publisher makes: "v1" (SHA-1 pieces, one info-hash; every client reads
+it) or "hybrid" (v1 plus v2 SHA-256 merkle trees, two info-hashes)."""
 _TRACKER_SCHEMES = ("http://", "https://", "udp://")
 
 
@@ -121,6 +126,11 @@ class PublisherConfig:
     piece_size: int | None = None
     """Torrent piece size in bytes (a power of two, at least 16 KiB); None picks one from the
     file size."""
+    torrent_format: TorrentFormat = "v1"
+    """"v1": SHA-1 pieces and one info-hash, readable by every BitTorrent client; "hybrid":
+    v1+v2, pieces also hashed with SHA-256, two info-hashes, not readable by some clients
+    (Debian's aria2 1.36). Agents check the whole file's signed SHA-256 either way;
+    docs/publishing.md weighs the two."""
     work_dir: Path | None = None
     """Where the filter file is written before upload; None uses the system temp dir."""
     watch_debounce_s: float = 5.0
@@ -143,6 +153,8 @@ class PublisherConfig:
             raise ConfigError(
                 f"piece_size must be a power of two of at least 16 KiB, got {self.piece_size}"
             )
+        if self.torrent_format not in ("v1", "hybrid"):
+            raise ConfigError(f"torrent_format must be v1 or hybrid, got {self.torrent_format!r}")
         for url in self.trackers:
             if not url.startswith(_TRACKER_SCHEMES):
                 raise ConfigError(f"tracker URL must be http(s):// or udp://, got {url!r}")
@@ -203,6 +215,7 @@ __all__ = [
     "SETTINGS",
     "BuildDefaults",
     "PublisherConfig",
+    "TorrentFormat",
     "TrackerConfig",
     "env_name",
     "load_config",

@@ -111,8 +111,14 @@ def publish_filter(
     force: bool = False,
     progress: bool = True,
     now: Callable[[], float] = time.time,
+    before_announce: Callable[[Manifest], None] | None = None,
 ) -> PublishResult:
     """Publish ``builder``'s filter as the next version (protocol in the module docstring).
+
+    ``before_announce(manifest)`` runs once the version is claimed and before latest.json
+    moves to it, e.g. to whitelist its info-hashes on a tracker so that agents that see
+    the new version can announce it at once; an exception from it leaves latest.json as
+    it was (the version stays claimed and a later publish or ``pin`` can expose it).
 
     Returns "unchanged" without writing anything when the filter equals latest.json's
     and ``force`` is false. Raises StorageError when every one of
@@ -149,6 +155,8 @@ def publish_filter(
                 break
             log.warning("lost the race for v%d to another publisher; trying v%d", version, version + 1)
             lost, version = lost + 1, version + 1
+    if before_announce is not None:
+        before_announce(manifest)
     outcome = swap_latest(store, forward_to(version), signing_key, config.publisher_id, now=now)
     if outcome.pointer is not None and outcome.pointer.pinned:
         log.warning("the fleet is pinned at v%d: latest.json not moved to v%d",
@@ -203,7 +211,7 @@ def _upload_attempt(
     digest = hashlib.sha256(header.pack())
     digest.update(builder.body)
     torrent = make_torrent(path, trackers=config.trackers, piece_size=config.piece_size,
-                           progress=progress)
+                           torrent_format=config.torrent_format, progress=progress)
     attempt = new_attempt_id(now())
     file_key, torrent_file_key = filter_key(version, attempt), torrent_key(version, attempt)
     with Progress(f"uploading v{version}", total=header.file_size, unit="bytes",

@@ -1,11 +1,22 @@
-"""Making the hybrid BitTorrent v1+v2 ``.torrent`` of a filter file with libtorrent.
+"""Making the BitTorrent ``.torrent`` of a filter file with libtorrent: v1, or hybrid v1+v2.
 
-The torrent carries the file's piece hashes (SHA-1 pieces for v1, SHA-256 merkle trees
-per 16 KiB block for v2), its name (the file's base name) and the configured trackers in
-one tier. It carries no web seed: agents add a presigned or CDN URL of the filter object
-at run time, so nothing in the torrent expires.
+The torrent carries the file's piece hashes, its name (the file's base name) and the
+configured trackers in one tier. It carries no web seed: agents add a presigned or CDN
+URL of the filter object at run time, so nothing in the torrent expires.
 
-Piece size: v2 needs a power of two of at least 16 KiB. Fewer, larger pieces mean a
+Formats (``torrent_format``; docs/publishing.md weighs them):
+
+- ``"v1"`` (the publisher's default): SHA-1 piece hashes, one info-hash. Every BitTorrent client
+  reads it (Debian's aria2 1.36 computes a wrong info-hash for hybrid torrents, aria2
+  issue #1903), and a tracker whitelist needs one line per version. Integrity does not
+  rest on SHA-1: agents swap only after the whole file's SHA-256 equals the signed
+  manifest's.
+- ``"hybrid"``: v1 pieces plus v2 SHA-256 merkle trees per 16 KiB block, and two
+  info-hashes (libtorrent's default). Pieces are also checked against SHA-256 as they
+  arrive; clients that misread hybrid torrents cannot join the swarm.
+
+Piece size: v2 needs a power of two of at least 16 KiB; v1 torrents follow the same rule,
+so either format can be made of any version. Fewer, larger pieces mean a
 smaller torrent and fewer HAVE messages; more, smaller pieces mean finer-grained
 sharing early in a swarm. :func:`choose_piece_size` aims at 1024–2048 pieces within
 256 KiB .. 16 MiB, the range common clients use.
@@ -13,6 +24,7 @@ sharing early in a swarm. :func:`choose_piece_size` aims at 1024–2048 pieces w
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +33,7 @@ import libtorrent as lt
 
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 
+from .config import TorrentFormat
 from .progress import Progress
 
 KIB = 1024
@@ -28,6 +41,7 @@ MIN_AUTO_PIECE_SIZE = 256 * KIB
 MAX_AUTO_PIECE_SIZE = 16 * KIB * KIB
 MAX_AUTO_PIECES = 2048
 CREATOR = "bloomswarm"
+TORRENT_FORMATS: tuple[TorrentFormat, ...] = typing.get_args(TorrentFormat)
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,8 @@ class TorrentFile:
     """The bencoded ``.torrent`` file."""
     info_hash_v1: str
     """SHA-1 info-hash, 40 lower-case hex characters."""
-    info_hash_v2: str
-    """SHA-256 info-hash, 64 lower-case hex characters."""
+    info_hash_v2: str | None
+    """SHA-256 info-hash, 64 lower-case hex characters; None for a v1 torrent."""
     piece_size: int
     """Bytes per piece."""
 
@@ -67,20 +81,26 @@ def make_torrent(
     *,
     trackers: Sequence[str] = (),
     piece_size: int | None = None,
+    torrent_format: TorrentFormat = "v1",
     progress: bool = True,
 ) -> TorrentFile:
-    """Hash the file at ``path`` into a hybrid v1+v2 torrent named after the file.
+    """Hash the file at ``path`` into a torrent of ``torrent_format`` named after the file.
 
     ``piece_size`` None picks one with :func:`choose_piece_size`. Reading the file is
-    reported as progress (pieces hashed). Raises OSError when the file cannot be read.
+    reported as progress (pieces hashed). Raises OSError when the file cannot be read,
+    ValueError for an unknown format or a bad piece size.
     """
+    if torrent_format not in TORRENT_FORMATS:
+        raise ValueError(f"torrent format must be one of {', '.join(TORRENT_FORMATS)}, "
+                         f"got {torrent_format!r}")
     try:
         size = path.stat().st_size
         entries = lt.list_files(str(path))
     except (OSError, RuntimeError) as exc:
         raise OSError(f"cannot read {path} to make its torrent: {exc}") from exc
     piece_size = check_piece_size(piece_size) if piece_size else choose_piece_size(size)
-    creator = lt.create_torrent(entries, piece_size)
+    flags = lt.create_torrent.v1_only if torrent_format == "v1" else 0
+    creator = lt.create_torrent(entries, piece_size, flags)
     for url in trackers:
         creator.add_tracker(url, 0)
     creator.set_creator(CREATOR)
@@ -91,20 +111,23 @@ def make_torrent(
         except RuntimeError as exc:
             raise OSError(f"cannot hash {path} for its torrent: {exc}") from exc
     data: bytes = lt.bencode(creator.generate())
-    hashes = lt.torrent_info(data).info_hashes()
+    info_hash_v1, info_hash_v2 = read_info_hashes(data)
     return TorrentFile(
         data=data,
-        info_hash_v1=str(hashes.v1),
-        info_hash_v2=str(hashes.v2),
+        info_hash_v1=info_hash_v1,
+        info_hash_v2=info_hash_v2,
         piece_size=piece_size,
     )
 
 
-def read_info_hashes(data: bytes) -> tuple[str, str]:
-    """The (v1, v2) info-hashes of a bencoded torrent, as lower-case hex; ValueError when
-    ``data`` is not a torrent."""
+def read_info_hashes(data: bytes) -> tuple[str, str | None]:
+    """The (v1, v2) info-hashes of a bencoded torrent, as lower-case hex; v2 is None for a
+    v1 torrent. ValueError when ``data`` is not a torrent, or has no v1 info-hash (a v2-only
+    torrent, which agents and many clients cannot use)."""
     try:
         hashes = lt.torrent_info(data).info_hashes()
     except RuntimeError as exc:
         raise ValueError(f"not a valid torrent: {exc}") from exc
-    return str(hashes.v1), str(hashes.v2)
+    if not hashes.has_v1():
+        raise ValueError("the torrent has no v1 info-hash (v2-only torrents are not supported)")
+    return str(hashes.v1), str(hashes.v2) if hashes.has_v2() else None

@@ -2,10 +2,11 @@
 
 Debian's opentracker is built in whitelist mode: it answers announces only for
 info-hashes listed in its whitelist file, one 40-hex-character hash per line, and
-re-reads the file on SIGHUP. A hybrid torrent is announced under two hashes: its v1
-info-hash (SHA-1) and its v2 info-hash (SHA-256) truncated to 20 bytes, the first 40 hex
-characters. The whitelist therefore holds both, for every complete version in the
-bucket (retention decides which versions exist).
+re-reads the file on SIGHUP. A v1 torrent is announced under its v1 info-hash (SHA-1);
+a hybrid torrent under two hashes: its v1 info-hash and its v2 info-hash (SHA-256)
+truncated to 20 bytes, the first 40 hex characters. The whitelist therefore holds every
+hash a version is announced under, for every complete version in the bucket (retention
+decides which versions exist).
 
 The file is replaced atomically and only when its content changes, and the tracker is
 sent SIGHUP only then: running the sync again changes nothing.
@@ -45,10 +46,17 @@ class SyncResult:
     """The tracker process sent SIGHUP, if any."""
 
 
+def announced_hashes(manifest: Manifest) -> tuple[str, ...]:
+    """The 40-hex-character hashes a tracker sees for ``manifest``'s torrent: the v1
+    info-hash, and for a hybrid torrent also the v2 info-hash's first 40 characters."""
+    if manifest.info_hash_v2 is None:
+        return (manifest.info_hash_v1,)
+    return manifest.info_hash_v1, manifest.info_hash_v2[:40]
+
+
 def whitelist_lines(manifests: Iterable[Manifest]) -> list[str]:
-    """Sorted, unique whitelist lines: each v1 info-hash and each v2 info-hash's first 40
-    hex characters."""
-    return sorted({h for m in manifests for h in (m.info_hash_v1, m.info_hash_v2[:40])})
+    """Sorted, unique whitelist lines: every hash the versions are announced under."""
+    return sorted({h for m in manifests for h in announced_hashes(m)})
 
 
 def read_pid_file(path: Path) -> int:

@@ -85,6 +85,23 @@ def test_torrent_of_other_content(download: Download, tmp_path: Path) -> None:
         check_torrent(download.manifest, torrent)
 
 
+def test_torrent_format_must_match_the_manifest(download: Download, tmp_path: Path) -> None:
+    """The same file as a hybrid torrent: its v1 info-hash differs, and it has a v2 one the
+    v1 manifest lacks. A manifest naming that hybrid torrent refuses the v1 torrent."""
+    assert download.manifest.torrent_format == "v1" and read_torrent(download.torrent).info_hash_v2 is None
+    hybrid = make_torrent(download.path, piece_size=download.manifest.piece_size,
+                          torrent_format="hybrid", progress=False)
+    assert read_torrent(hybrid.data).info_hash_v2 == hybrid.info_hash_v2
+    assert _check(download, torrent=hybrid.data) == "info_hash"
+    # a v1 manifest claiming the hybrid torrent's v1 hash: the extra v2 hash still refuses it
+    v1_claim = dataclasses.replace(download.manifest, info_hash_v1=hybrid.info_hash_v1)
+    assert _check(download, manifest=v1_claim, torrent=hybrid.data) == "info_hash"
+    as_hybrid = dataclasses.replace(download.manifest, info_hash_v1=hybrid.info_hash_v1,
+                                    info_hash_v2=hybrid.info_hash_v2)
+    verify_download(as_hybrid, hybrid.data, _status(), download.path)
+    assert _check(download, manifest=as_hybrid) == "info_hash"
+
+
 @pytest.mark.parametrize(
     "status",
     [None, _status(finished=False, state="downloading"), _status(state="error", error="disk full")],

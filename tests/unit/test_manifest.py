@@ -170,6 +170,40 @@ def test_unknown_fields_are_kept_and_round_trip() -> None:
     assert dataclasses.replace(manifest, extra={}) == make_manifest()
 
 
+def test_v1_only_manifest_has_no_v2_info_hash_field() -> None:
+    manifest = make_manifest(info_hash_v2=None)
+    assert manifest.torrent_format == "v1" and make_manifest().torrent_format == "hybrid"
+    data = manifest.to_bytes()
+    assert b"info_hash_v2" not in data
+    assert Manifest.from_bytes(data) == manifest
+    assert Manifest.from_bytes(data).to_bytes() == data
+
+
+def test_hybrid_manifest_bytes_are_unchanged() -> None:
+    """Manifests written before v1-only torrents existed parse and re-encode to the very
+    bytes their signature covers (golden bytes of such a manifest)."""
+    golden = (
+        b'{"body_sha256":"' + b"00" * 32 + b'","created_at":1700000000,'
+        b'"filter":{"capacity":50000,"hash":"murmur3_x64_128","hash_seed":0,"key_count":40000,'
+        b'"layout":"blocked","num_bits":512000,"num_probes":7,"target_fpp":0.01},'
+        b'"filter_key":"v3/' + ATTEMPT.encode() + b'/filter.bsf",'
+        b'"info_hash_v1":"' + b"cd" * 20 + b'","info_hash_v2":"' + b"ef" * 32 + b'",'
+        b'"piece_size":4194304,"publisher_id":"builder-1","schema":1,'
+        b'"sha256":"' + b"ab" * 32 + b'","size":68096,"source_fingerprint":"sha256:0123",'
+        b'"torrent_key":"v3/' + ATTEMPT.encode() + b'/filter.torrent","version":3}'
+    )
+    assert make_manifest().to_bytes() == golden
+    assert Manifest.from_bytes(golden).to_bytes() == golden
+
+
+@pytest.mark.parametrize("value", [None, "", "ef" * 20, "EF" * 32])
+def test_a_present_v2_info_hash_must_be_64_hex(value: object) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["info_hash_v2"] = value
+    with pytest.raises(FormatError, match="info_hash_v2"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
 def test_unknown_schema_is_refused() -> None:
     obj = json.loads(make_manifest().to_bytes())
     obj["schema"] = 2
@@ -293,7 +327,7 @@ manifests = st.builds(
     size=st.integers(4096, 2**50),
     sha256=_hex(64),
     info_hash_v1=_hex(40),
-    info_hash_v2=_hex(64),
+    info_hash_v2=st.none() | _hex(64),
     piece_size=st.integers(14, 28).map(lambda e: 2**e),
     filter=st.builds(
         FilterSummary,

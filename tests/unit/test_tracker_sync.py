@@ -13,6 +13,7 @@ import pytest
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import signature_key
 from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
@@ -31,25 +32,35 @@ while True:
 """
 
 
-def _published(count: int) -> MemoryObjectStore:
+def _published(count: int, config: PublisherConfig = CONFIG) -> MemoryObjectStore:
     store = MemoryObjectStore()
     for n in range(count):
-        publish_filter(store, CONFIG, make_builder([f"k{n}"]), KEY, "f", progress=False)
+        publish_filter(store, config, make_builder([f"k{n}"]), KEY, "f", progress=False)
     return store
 
 
-def test_whitelist_holds_v1_and_truncated_v2_hashes_of_complete_versions(tmp_path: Path) -> None:
+def test_whitelist_holds_the_v1_hashes_of_complete_versions(tmp_path: Path) -> None:
     store = _published(3)
     store.delete([signature_key(3)])  # an unsigned claim is not a version agents will fetch
     whitelist = tmp_path / "whitelist.txt"
     result = sync_whitelist(store, whitelist, public_keys=[KEY.public_key()])
-    expected = sorted(h for v in (1, 2) for m in [read_manifest(store, v)]
-                      for h in (m.info_hash_v1, m.info_hash_v2[:40]))
+    manifests = [read_manifest(store, v) for v in (1, 2)]
+    assert all(m.info_hash_v2 is None for m in manifests)  # v1 torrents: the default
+    expected = sorted(m.info_hash_v1 for m in manifests)
     assert whitelist.read_text().splitlines() == expected == list(result.hashes)
     assert result.versions == (1, 2) and result.changed and result.signalled_pid is None
     assert oct(whitelist.stat().st_mode & 0o777) == "0o644"
     again = sync_whitelist(store, whitelist)
     assert not again.changed and again.hashes == result.hashes
+
+
+def test_hybrid_versions_add_their_truncated_v2_hashes(tmp_path: Path) -> None:
+    store = _published(2, make_config(torrent_format="hybrid"))
+    result = sync_whitelist(store, tmp_path / "w")
+    manifests = [read_manifest(store, v) for v in (1, 2)]
+    expected = sorted(h for m in manifests for h in (m.info_hash_v1, (m.info_hash_v2 or "")[:40]))
+    assert len(expected) == 4 and all(len(h) == 40 for h in expected)
+    assert list(result.hashes) == expected
 
 
 def test_versions_signed_by_an_unknown_key_are_left_out(tmp_path: Path) -> None:
