@@ -215,6 +215,10 @@ class SettingsLoader:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except UnicodeDecodeError as exc:  # tomllib decodes the whole file first
+            raise ConfigError(
+                f"config file {path} is not UTF-8: {exc.reason} at byte {exc.start}"
+            ) from exc
         where = f"config file {path}"
         values: dict[str, object] = {}
         for key, value in document.items():

@@ -1,0 +1,419 @@
+"""Fuzz targets: the parsers that read bytes an attacker or a careless operator controls.
+
+Every target takes one ``bytes`` input and returns True (accepted as valid) or False
+(rejected with the error type its contract names). Any other exception escapes: that is
+a finding. The long coverage-guided runs (benchmarks/fuzz.py, atheris) and the bounded CI
+runs (tests/fuzz/, hypothesis) call the same functions, and tests/fuzz/corpus/<target>/
+replays every input that once broke one.
+
+The first byte of an input usually selects a mode (which entry point, whether to repair
+the CRC or re-sign the bytes), so that one corpus reaches past the checks random bytes
+never pass: a header CRC, an Ed25519 signature.
+
+Targets and their contracts:
+
+- ``header``: FilterHeader.unpack -> FormatError; an accepted header packs back to the
+  same bytes.
+- ``filter_file``: Filter.open (optionally verify=True) on a whole file -> FormatError;
+  an opened filter answers lookups.
+- ``manifest``: manifest, pointer envelope and signature parsing and verification ->
+  FormatError or VerificationError; bytes not signed by the pinned key are never
+  accepted; accepted documents round-trip through their canonical bytes.
+- ``config``: the agent's and the publisher's config loaders (TOML file, environment)
+  and PEM public keys -> ConfigError.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import functools
+import json
+import os
+import shutil
+import struct
+import tempfile
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomswarm.agent import config as agent_config
+from bloomswarm.common.errors import ConfigError, FormatError, VerificationError
+from bloomswarm.common.header import HEADER_SIZE, FilterHeader
+from bloomswarm.common.manifest import (
+    Manifest,
+    Pointer,
+    canonical_json,
+    decode_signature,
+    open_pointer,
+    read_pointer_unverified,
+    verify_manifest,
+)
+from bloomswarm.common.reader import Filter
+from bloomswarm.common.signing import (
+    SigningKey,
+    VerifyKey,
+    generate_keypair,
+    load_public_keys,
+    parse_private_key,
+    sign,
+)
+from bloomswarm.publisher import config as publisher_config
+
+Target = Callable[[bytes], bool]
+"""Returns True for an accepted input, False for one rejected with the contract's error."""
+
+_BODY_LIMIT = 1 << 20
+"""filter_file pads or cuts its body to what the header claims only up to this size."""
+_CRC_OFFSET = HEADER_SIZE - 4
+_BODY_LENGTH_OFFSET = 8 + 2 + 1 + 1 + 4 + 4 + 4 + 8 * 3 + 8 + 8 + 8 + 8
+"""Byte offset of the header's body_length field (docs/format.md)."""
+
+
+class _Keys:
+    """The fuzzing key pair: the "publisher" whose key the parsers pin. Made on first use."""
+
+    _pair: tuple[SigningKey, list[VerifyKey], bytes] | None = None
+
+    @classmethod
+    def get(cls) -> tuple[SigningKey, list[VerifyKey], bytes]:
+        if cls._pair is None:
+            private_pem, public_pem = generate_keypair()
+            signing = parse_private_key(private_pem)
+            cls._pair = (signing, [signing.public_key()], public_pem)
+        return cls._pair
+
+
+@functools.cache
+def _scratch_dir() -> Path:
+    """A per-process scratch folder (tmpfs when there is one), removed at exit."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    path = Path(tempfile.mkdtemp(prefix="bloomswarm-fuzz-", dir=base))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _scratch_file(name: str, data: bytes) -> Path:
+    """Write ``data`` to the scratch file ``name``."""
+    path = _scratch_dir() / name
+    path.write_bytes(data)
+    return path
+
+
+# --- header and whole files -------------------------------------------------------------------
+
+
+def _header_bytes(flags: int, data: bytes) -> bytes:
+    """Header bytes from a fuzz input: padded with zeros to 4096 (flag 4) and the CRC
+    recomputed (flag 1), so mutations reach the checks behind the CRC."""
+    if flags & 4:
+        data = data[:HEADER_SIZE].ljust(HEADER_SIZE, b"\0")
+    if flags & 1 and len(data) >= HEADER_SIZE:
+        head = data[:_CRC_OFFSET]
+        data = head + struct.pack("<I", zlib.crc32(head)) + data[HEADER_SIZE:]
+    return data
+
+
+def _claimed_size(header: bytes) -> int:
+    if len(header) < _BODY_LENGTH_OFFSET + 8:
+        return len(header)
+    (body_length,) = struct.unpack_from("<Q", header, _BODY_LENGTH_OFFSET)
+    return HEADER_SIZE + int(body_length)
+
+
+def header(data: bytes) -> bool:
+    """FilterHeader.unpack. Input: flags byte, size-delta byte (int8), header bytes.
+
+    Flags: 1 recompute the CRC, 2 pass a file size (the one the header claims plus the
+    delta), 4 pad to 4096 bytes. Accepted headers must pack back to the same 4096 bytes.
+    """
+    if len(data) < 2:
+        return False
+    flags, delta = data[0], struct.unpack("<b", data[1:2])[0]
+    raw = _header_bytes(flags, data[2:])
+    file_size = _claimed_size(raw) + delta if flags & 2 else None
+    try:
+        parsed = FilterHeader.unpack(raw, file_size)
+    except FormatError:
+        return False
+    if parsed.pack() != raw[:HEADER_SIZE]:
+        raise AssertionError("an accepted header does not pack back to its own bytes")
+    return True
+
+
+def filter_file(data: bytes) -> bool:
+    """Filter.open on a whole file. Input: flags byte, 2-byte header length n, n header
+    bytes (as in :func:`header`), then the body.
+
+    Flags 1 and 4 as in :func:`header`; 8: cut or zero-pad the body to the length the
+    header claims (up to 1 MiB), so a valid header opens; 16: open with verify=True.
+    """
+    if len(data) < 3:
+        return False
+    flags = data[0]
+    (length,) = struct.unpack("<H", data[1:3])
+    raw = _header_bytes(flags, data[3 : 3 + length])
+    body = data[3 + length :]
+    if flags & 8 and len(raw) >= HEADER_SIZE:
+        claimed = _claimed_size(raw) - HEADER_SIZE
+        if 0 <= claimed <= _BODY_LIMIT:
+            body = body[:claimed].ljust(claimed, b"\0")
+    path = _scratch_file("filter.bsf", raw[:HEADER_SIZE] + body if len(raw) >= HEADER_SIZE else raw)
+    try:
+        opened = Filter.open(path, verify=bool(flags & 16))
+    except FormatError:
+        return False
+    try:
+        answers = [b"fuzz" in opened, "fuzz" in opened, 42 in opened]
+        if not all(isinstance(a, bool) for a in answers):
+            raise AssertionError("a lookup did not answer a bool")
+    finally:
+        opened.close()
+    return True
+
+
+# --- manifest, pointer, signatures ------------------------------------------------------------
+
+
+def _roundtrip_manifest(manifest: Manifest) -> None:
+    if Manifest.from_bytes(manifest.to_bytes()) != manifest:
+        raise AssertionError("a manifest does not survive its own canonical bytes")
+
+
+def _roundtrip_pointer(pointer: Pointer) -> None:
+    if Pointer.from_bytes(pointer.to_bytes()) != pointer:
+        raise AssertionError("a pointer does not survive its own canonical bytes")
+
+
+def _forged(what: str) -> AssertionError:
+    return AssertionError(f"{what} not signed by the pinned key was accepted")
+
+
+def _manifest_modes(mode: int, body: bytes) -> bool:
+    signing, public, _pem = _Keys.get()
+    if mode == 0:  # bare parse
+        _roundtrip_manifest(Manifest.from_bytes(body))
+        return True
+    if mode == 1:  # signed by the pinned key: verify then parse, same answer as the bare parse
+        manifest = verify_manifest(body, base64.b64encode(sign(signing, body)), public)
+        _roundtrip_manifest(manifest)
+        return True
+    if mode == 2:  # 88 bytes of signature object, then the manifest
+        document, signature = body[88:], body[:88]
+        _roundtrip_manifest(verify_manifest(document, signature, public))
+        if decode_signature(signature) != sign(signing, document):  # Ed25519 is deterministic
+            raise _forged("a manifest")
+        return True
+    if mode == 3:  # a latest.json envelope as found
+        pointer = open_pointer(body, public)
+        _roundtrip_pointer(pointer)
+        if decode_signature(json.loads(body)["signature"]) != sign(signing, pointer.to_bytes()):
+            raise _forged("a pointer")
+        return True
+    if mode == 4:  # an envelope around a fuzzed pointer object, signed by the pinned key
+        payload = _json_object(body)
+        if payload is None:
+            return False
+        envelope = {"key_id": signing.key_id, "pointer": payload,
+                    "signature": base64.b64encode(sign(signing, canonical_json(payload))).decode()}
+        pointer = open_pointer(canonical_json(envelope), public)
+        _roundtrip_pointer(pointer)
+        return True
+    if mode == 5:  # what writers read: the envelope without its signature, or a bare pointer
+        _roundtrip_pointer(read_pointer_unverified(body))
+        return True
+    if mode == 6:
+        _roundtrip_pointer(Pointer.from_bytes(body))
+        return True
+    decode_signature(body)
+    return True
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """``body`` as a JSON object made canonical-safe, or None (the harness's own parse)."""
+    try:
+        obj = json.loads(body.decode("utf-8"))
+        canonical_json(obj)
+    except (ValueError, RecursionError, FormatError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def manifest(data: bytes) -> bool:
+    """Manifest, pointer and signature parsing and verification. Input: mode byte, document.
+
+    Modes (first byte mod 8): 0 Manifest.from_bytes; 1 verify_manifest with a valid
+    signature by the pinned key; 2 verify_manifest with a fuzzed signature; 3 open_pointer
+    on a fuzzed envelope (2 and 3 accept only the pinned key's own signature of exactly
+    those bytes: Ed25519 signatures are deterministic); 4 open_pointer on an
+    envelope around a fuzzed pointer, validly signed; 5 read_pointer_unverified; 6
+    Pointer.from_bytes; 7 decode_signature.
+    """
+    if not data:
+        return False
+    try:
+        return _manifest_modes(data[0] % 8, data[1:])
+    except (FormatError, VerificationError):
+        return False
+
+
+# --- configuration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Loader:
+    name: str
+    load: Callable[..., object]
+    file_name: str
+
+
+_LOADERS = (
+    _Loader("agent", agent_config.load_config, "agent.toml"),
+    _Loader("publisher", publisher_config.load_config, "publisher.toml"),
+)
+
+
+def _environ(body: bytes, prefix: str) -> dict[str, str]:
+    """NAME=value lines as an environment, each NAME behind the loader's prefix."""
+    environ: dict[str, str] = {}
+    for line in body.decode("utf-8", "replace").splitlines():
+        name, _sep, value = line.partition("=")
+        environ[prefix + name.strip().upper()] = value
+    return environ
+
+
+def config(data: bytes) -> bool:
+    """Config loading. Input: mode byte, document.
+
+    Modes (first byte mod 6): 0/1 the agent's / publisher's loader on a TOML file; 2/3 the
+    same on an environment of ``NAME=value`` lines (``NAME`` after the prefix); 4 the
+    agent's loader on a file whose public key file holds the document (PEM parsing);
+    5 load_public_keys on the document as PEM bytes.
+    """
+    if not data:
+        return False
+    mode, body = data[0] % 6, data[1:]
+    try:
+        if mode in (0, 1):
+            loader = _LOADERS[mode]
+            loader.load(_scratch_file(loader.file_name, body))
+        elif mode in (2, 3):
+            loader = _LOADERS[mode - 2]
+            prefix = agent_config.ENV_PREFIX if mode == 2 else publisher_config.ENV_PREFIX
+            loader.load(None, environ=_environ(body, prefix))
+        elif mode == 4:
+            pem = _scratch_file("publisher.pub", body)
+            loaded = agent_config.load_config(
+                None, environ={"BLOOMSWARM_AGENT_DATA_DIR": "/nonexistent/data",
+                               "BLOOMSWARM_AGENT_PUBLIC_KEYS": str(pem),
+                               "BLOOMSWARM_AGENT_S3_BUCKET": "fuzz-bucket"})
+            load_public_keys(loaded.public_keys)
+        else:
+            load_public_keys([body])
+    except ConfigError:
+        return False
+    return True
+
+
+TARGETS: Mapping[str, Target] = {
+    "header": header,
+    "filter_file": filter_file,
+    "manifest": manifest,
+    "config": config,
+}
+"""Every fuzz target by name."""
+
+
+# --- seeds: valid inputs made by the project's own code ---------------------------------------
+
+
+def seeds() -> dict[str, list[bytes]]:
+    """Valid inputs for every target, built with the builder and the real publisher."""
+    from bloomswarm.common.builder import FilterBuilder
+    from bloomswarm.common.manifest import LATEST_KEY
+    from bloomswarm.common.params import Layout
+    from bloomswarm.common.storage import MemoryObjectStore, S3Config
+    from bloomswarm.publisher.config import PublisherConfig
+    from bloomswarm.publisher.publish import publish_filter
+
+    signing, _public, public_pem = _Keys.get()
+    store = MemoryObjectStore()
+    publisher = PublisherConfig(s3=S3Config(bucket="fuzz"), publisher_id="fuzz")
+    files: list[bytes] = []
+    for layout, capacity in ((Layout.BLOCKED, 200), (Layout.STANDARD, 300)):
+        builder = FilterBuilder.for_capacity(capacity, 0.01, layout=layout)
+        builder.add_many([f"key-{i}" for i in range(capacity // 2)])
+        result = publish_filter(store, publisher, builder, signing, "fuzz", force=True, progress=False)
+        stored = store.get(result.manifest.filter_key)
+        assert stored is not None
+        files.append(stored.data)
+    manifests = [store.get(f"v{v}/manifest.json") for v in (1, 2)]
+    latest = store.get(LATEST_KEY)
+    assert latest is not None and all(m is not None for m in manifests)
+    manifest_bytes = [m.data for m in manifests if m is not None]
+    envelope = json.loads(latest.data)
+    pointer = canonical_json(envelope["pointer"])
+    sig = base64.b64encode(sign(signing, manifest_bytes[0]))
+    header_seeds = [bytes([flags, 0]) + f[:HEADER_SIZE] for f in files for flags in (0, 3)]
+    header_seeds += [bytes([7, 0]) + f[:_BODY_LENGTH_OFFSET + 40] for f in files]
+    file_seeds = [bytes([flags]) + struct.pack("<H", HEADER_SIZE) + f for f in files for flags in (0, 16)]
+    file_seeds += [bytes([13]) + struct.pack("<H", 160) + f[:160] for f in files]
+    manifest_seeds = [bytes([mode]) + m for m in manifest_bytes for mode in (0, 1)]
+    manifest_seeds += [bytes([2]) + sig + manifest_bytes[0], bytes([3]) + latest.data,
+                       bytes([4]) + pointer, bytes([5]) + latest.data, bytes([6]) + pointer,
+                       bytes([7]) + sig]
+    agent_toml = _agent_toml()
+    publisher_toml = (Path(__file__).resolve().parent.parent / "deploy" / "publisher.toml").read_bytes()
+    config_seeds = [b"\0" + agent_toml, b"\1" + publisher_toml,
+                    b"\2" + b"DATA_DIR=/var/lib/b\nPUBLIC_KEYS=/a.pub,/b.pub\nS3_BUCKET=fuzz-bucket\n"
+                    b"SWARM_CONNECTIONS_LIMIT=100\nWATCH_POLL_INTERVAL_S=2.5\n",
+                    b"\3" + b"S3_BUCKET=fuzz-bucket\nKEEP_VERSIONS=3\nTRACKERS=http://t/announce\nBUILD_FPP=0.01\n",
+                    b"\4" + public_pem, b"\5" + public_pem]
+    return {"header": header_seeds, "filter_file": file_seeds, "manifest": manifest_seeds,
+            "config": config_seeds}
+
+
+def _agent_toml() -> bytes:
+    return b"""data_dir = "/var/lib/bloomswarm"
+public_keys = ["/etc/bloomswarm/publisher.pub", "/etc/bloomswarm/publisher-next.pub"]
+transfer = "swarm"
+resume_save_interval_s = 30.0
+
+[s3]
+bucket = "filters"
+prefix = "fleet-a"
+endpoint_url = "http://127.0.0.1:9000"
+
+[origin]
+presign_expiry_s = 3600
+http_timeout_s = 10.0
+
+[watch]
+poll_interval_s = 2.0
+poll_jitter_s = 0.5
+retry_initial_s = 1.0
+retry_max_s = 60.0
+
+[install]
+keep_versions = 2
+max_file_size = 68719476736
+disk_margin_bytes = 1073741824
+
+[status]
+host = "127.0.0.1"
+port = 9731
+
+[direct]
+chunk_size = 1048576
+timeout_s = 30.0
+rate_limit_bytes_per_s = 0
+
+[swarm]
+trackers = ["http://tracker-1:6969/announce"]
+dht_bootstrap_nodes = ["10.0.0.5:6881"]
+"""
+
+
+__all__ = ["TARGETS", "Target", "config", "filter_file", "header", "manifest", "seeds"]
