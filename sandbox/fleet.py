@@ -1,0 +1,421 @@
+"""A whole bloomswarm deployment on 127.0.0.1: object store, tracker, publisher, N agents.
+
+:class:`LocalFleet` starts moto's S3 server with a bucket, an :class:`OriginProxy` in
+front of it (the agents' view of the origin: counted, optionally capped or faulty),
+opentracker (or, with ``discovery="dht"``, the agents' DHT bootstrapped from the first
+agent), an ed25519 key pair, and N agents as ``bloomswarm agent run`` processes, each
+with its own data directory, BitTorrent port and status port. :meth:`LocalFleet.publish`
+publishes a version with the publisher's own code (whitelisting it on the tracker before
+``latest.json`` moves); :meth:`LocalFleet.wait_for_version` follows the agents until all
+have swapped to it. Everything started is stopped by :meth:`LocalFleet.stop`, by PID.
+
+The demo, the swarm and soak benchmarks and the functional tests drive a fleet with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import boto3
+
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.storage import S3Config, S3ObjectStore
+from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.sandbox.agent_process import AgentProcess
+from bloomswarm.sandbox.origin_proxy import OriginProxy
+from bloomswarm.sandbox.processes import free_port
+from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
+from bloomswarm.sandbox.tracker import OpenTracker
+
+Discovery = Literal["tracker", "dht", "auto"]
+BUCKET = "bloomswarm-sandbox"
+PREFIX = "fleet"
+PUBLISHER_ID = "sandbox-publisher"
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """How to lay out a fleet. Rates are bytes/s; 0 means unlimited."""
+
+    agents: int = 8
+    discovery: Discovery = "auto"
+    """"tracker" (opentracker must be installed), "dht", or "auto": the tracker where
+    the ``opentracker`` binary is found, else the DHT."""
+    transfer: Literal["swarm", "direct"] = "swarm"
+    """"direct": every agent downloads the whole file from the origin (no P2P)."""
+    piece_size: int | None = None
+    """Torrent piece size; None lets the publisher choose from the file size."""
+    upload_rate_limit: int = 0
+    """Each agent's BitTorrent upload cap (applies to loopback peers too)."""
+    download_rate_limit: int = 0
+    """Each agent's download cap (BitTorrent and, with the direct transfer, HTTP)."""
+    origin_rate_limit: int = 0
+    """The origin's total egress (the proxy's shared budget)."""
+    origin_connection_rate: int = 0
+    """Each origin response's own pace, like S3's bounded per-connection throughput."""
+    origin_fault_rate: float = 0.0
+    """Fraction of origin requests that fail (503 or a stall), see OriginProxy."""
+    poll_interval_s: float = 0.5
+    """How often agents poll latest.json."""
+    keep_versions: int = 2
+    swarm: Mapping[str, object] = field(default_factory=dict)
+    """Extra ``[swarm]`` settings for every agent (override the fleet's)."""
+    agent_tables: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """Extra settings per config table for every agent, e.g. ``{"watch": {...}}``."""
+
+    def __post_init__(self) -> None:
+        if self.agents < 1:
+            raise ValueError("a fleet needs at least one agent")
+        if self.discovery not in ("tracker", "dht", "auto"):
+            raise ValueError(f"unknown discovery {self.discovery!r}")
+
+
+@dataclass(frozen=True)
+class Published:
+    """A version the fleet's publisher published."""
+
+    manifest: Manifest
+    announced_at: float
+    """Wall-clock time (``time.time()``) just before latest.json moved to it."""
+
+    @property
+    def version(self) -> int:
+        return self.manifest.version
+
+
+@dataclass
+class AgentView:
+    """One agent as seen by one poll of its /status (``status`` None: not answering)."""
+
+    name: str
+    status: dict[str, Any] | None
+    alive: bool
+
+    @property
+    def version(self) -> int | None:
+        return None if self.status is None else self.status.get("current_version")
+
+    def metric(self, name: str) -> float:
+        """A /metrics sample by its full name without the ``bloomswarm_agent_`` prefix."""
+        if self.status is None:
+            return 0.0
+        return float(self.status.get("metrics", {}).get(f"bloomswarm_agent_{name}", 0.0))
+
+    @property
+    def progress(self) -> float:
+        download = (self.status or {}).get("download") or {}
+        return float(download.get("progress") or 0.0)
+
+    @property
+    def peers(self) -> int:
+        return int(self.metric("peers"))
+
+    @property
+    def bytes_from_peers(self) -> float:
+        return self.metric("bytes_from_peers_total")
+
+    @property
+    def bytes_from_origin(self) -> float:
+        return self.metric("bytes_from_origin_total")
+
+    def swapped_at(self, version: int) -> float | None:
+        """When this agent swapped to ``version`` (its own clock), if its last swap was it."""
+        last = (self.status or {}).get("last_swap") or {}
+        if last.get("version") == version and last.get("at") is not None:
+            return float(last["at"])
+        return None
+
+
+class FleetError(RuntimeError):
+    """The fleet could not start or did not converge."""
+
+
+class LocalFleet:
+    """The deployment; use as a context manager or call :meth:`start` / :meth:`stop`.
+
+    While it runs, fake AWS credentials are set in this process's environment (moto
+    accepts any); :meth:`stop` restores the previous values.
+    """
+
+    def __init__(self, root: Path, spec: FleetSpec | None = None) -> None:
+        self.root = Path(root)
+        self.spec = spec or FleetSpec()
+        self.discovery: Literal["tracker", "dht"] = self._discovery(self.spec.discovery)
+        self.s3_server = MotoServer()
+        self.tracker: OpenTracker | None = None
+        self.proxy: OriginProxy | None = None
+        self.agents: list[AgentProcess] = []
+        self.store: S3ObjectStore | None = None
+        self.s3: S3Config | None = None
+        self.signing_key: SigningKey | None = None
+        self.public_key_path = self.root / "publisher.pub"
+        self._saved_env: dict[str, str | None] = {}
+        self._bootstrap_port = 0
+
+    @staticmethod
+    def _discovery(requested: Discovery) -> Literal["tracker", "dht"]:
+        has_tracker = shutil.which("opentracker") is not None
+        if requested == "auto":
+            return "tracker" if has_tracker else "dht"
+        if requested == "tracker" and not has_tracker:
+            raise FleetError("opentracker is not installed (apt-get install opentracker), "
+                             "or use the DHT")
+        return requested
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalFleet:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def start(self, on_step: Callable[[str], None] | None = None) -> LocalFleet:
+        """Start the store, the tracker and the agents (agents start in the background:
+        see :meth:`wait_until_up`). ``on_step`` is told what starts next. On failure,
+        whatever had started is stopped and the error is raised."""
+        step = on_step or (lambda _what: None)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._set_credentials()
+            step("S3 server (moto)")
+            endpoint = self.s3_server.start()
+            self.s3 = S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=endpoint, region="us-east-1",
+                               connect_timeout_s=2.0, read_timeout_s=60.0)
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+            self.store = S3ObjectStore(self.s3)
+            self.proxy = OriginProxy(endpoint, rate_limit=self.spec.origin_rate_limit,
+                                     connection_rate=self.spec.origin_connection_rate,
+                                     fault_rate=self.spec.origin_fault_rate).start()
+            private, public = generate_keypair()
+            self.signing_key = parse_private_key(private)
+            self.public_key_path.write_bytes(public)
+            if self.discovery == "tracker" and self.spec.transfer == "swarm":
+                step("tracker (opentracker)")
+                self.tracker = OpenTracker().start()
+            step(f"{self.spec.agents} agents")
+            for index in range(self.spec.agents):
+                self.add_agent(index)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every agent (SIGTERM to all, then wait; SIGKILL stragglers), the tracker,
+        the proxy and the S3 server, each by its PID; restore the environment."""
+        for agent in self.agents:
+            if agent.process is not None and agent.process.poll() is None:
+                agent.process.send_signal(signal.SIGTERM)
+        for agent in self.agents:
+            with contextlib.suppress(AssertionError):  # killed after the timeout: stopped all the same
+                agent.stop(signal.SIGTERM, timeout=20)
+        if self.tracker is not None:
+            self.tracker.stop()
+            self.tracker = None
+        if self.proxy is not None:
+            self.proxy.stop()
+            self.proxy = None
+        self.s3_server.stop()
+        self._restore_credentials()
+
+    def _set_credentials(self) -> None:
+        values = dict(FAKE_CREDENTIALS, AWS_EC2_METADATA_DISABLED="true",
+                      AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+                      NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+        for name in (*values, "AWS_PROFILE"):
+            self._saved_env.setdefault(name, os.environ.get(name))
+        os.environ.pop("AWS_PROFILE", None)
+        os.environ.update(values)
+
+    def _restore_credentials(self) -> None:
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_env.clear()
+
+    # --- agents -----------------------------------------------------------------------------
+
+    def agent_settings(self, index: int) -> dict[str, dict[str, object]]:
+        """Agent ``index``'s config tables (beyond what AgentProcess sets itself)."""
+        spec = self.spec
+        port = free_port(udp=True)
+        if index == 0:
+            self._bootstrap_port = port
+        swarm: dict[str, object] = {
+            "listen_interfaces": f"127.0.0.1:{port}",
+            "allow_private_origin": True,  # the origin (the proxy) is on loopback
+            "upload_rate_limit": spec.upload_rate_limit,
+            "download_rate_limit": spec.download_rate_limit,
+            "enable_lsd": False,
+        }
+        if self.discovery == "tracker" and self.tracker is not None:
+            swarm.update(trackers=[self.tracker.announce_url], enable_dht=False)
+        else:
+            swarm.update(trackers=[], enable_dht=True, dht_restrict_ips=False,
+                         dht_bootstrap_nodes=[] if index == 0 else [f"127.0.0.1:{self._bootstrap_port}"])
+        swarm.update(spec.swarm)
+        tables: dict[str, dict[str, object]] = {
+            "swarm": swarm,
+            "watch": {"poll_interval_s": spec.poll_interval_s, "poll_jitter_s": spec.poll_interval_s / 2},
+            "install": {"disk_margin_bytes": 0, "keep_versions": spec.keep_versions},
+            "direct": {"timeout_s": 30.0, "rate_limit_bytes_per_s": spec.download_rate_limit},
+            "s3": {"read_timeout_s": 30.0, "max_attempts": 3},
+        }
+        for table, values in spec.agent_tables.items():
+            tables.setdefault(table, {}).update(values)
+        return tables
+
+    def add_agent(self, index: int | None = None) -> AgentProcess:
+        """Start one more agent (named ``agent<index>``) and return it."""
+        if self.proxy is None or self.s3 is None:
+            raise FleetError("the fleet is not started")
+        index = len(self.agents) if index is None else index
+        agent_s3 = S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=self.proxy.endpoint,
+                            region="us-east-1")
+        agent = AgentProcess(self.root / f"agent{index}", agent_s3, self.public_key_path,
+                             tables=self.agent_settings(index), transfer=self.spec.transfer)
+        agent.start()
+        self.agents.append(agent)
+        return agent
+
+    def restart_agent(self, agent: AgentProcess, sig: int = signal.SIGKILL) -> None:
+        """Stop ``agent`` with ``sig`` (SIGKILL: a crash) and start it again, same config."""
+        agent.stop(sig, timeout=20)
+        agent.start()
+
+    def views(self) -> list[AgentView]:
+        """Every agent's /status, polled now."""
+        views = []
+        for agent in self.agents:
+            alive = agent.process is not None and agent.process.poll() is None
+            status: dict[str, Any] | None = None
+            if alive:
+                try:
+                    status = agent.status() or None
+                except (OSError, AssertionError, ValueError):
+                    status = None
+            views.append(AgentView(agent.root.name, status, alive))
+        return views
+
+    def wait_until_up(self, limit_s: float = 120.0) -> None:
+        """Wait until every agent answers /healthz; FleetError naming the first that does not."""
+        deadline = time.monotonic() + limit_s
+        for agent in self.agents:
+            while True:
+                if agent.process is None or agent.process.poll() is not None:
+                    raise FleetError(f"{agent.root.name} exited at start:\n{agent.log()[-2000:]}")
+                try:
+                    if agent.http_status("/healthz") == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise FleetError(f"{agent.root.name} did not come up:\n{agent.log()[-2000:]}")
+                time.sleep(0.1)
+
+    # --- publishing -------------------------------------------------------------------------
+
+    def publisher_config(self) -> PublisherConfig:
+        if self.s3 is None:
+            raise FleetError("the fleet is not started")
+        trackers = (self.tracker.announce_url,) if self.tracker is not None else ()
+        return PublisherConfig(s3=self.s3, publisher_id=PUBLISHER_ID, trackers=trackers,
+                               piece_size=self.spec.piece_size, keep_versions=max(self.spec.keep_versions, 2),
+                               work_dir=self.root)
+
+    def publish(self, builder: FilterBuilder, *, progress: bool = False) -> Published:
+        """Publish ``builder``'s filter as the next version; the tracker (if any) learns its
+        info-hashes before latest.json moves, so agents can announce it at once."""
+        if self.store is None or self.signing_key is None:
+            raise FleetError("the fleet is not started")
+        announced: list[float] = []
+
+        def announce(manifest: Manifest) -> None:
+            if self.tracker is not None:
+                self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
+            announced.append(time.time())
+
+        result = publish_filter(self.store, self.publisher_config(), builder, self.signing_key,
+                                f"sandbox-{time.time_ns()}", force=True, progress=progress,
+                                before_announce=announce)
+        if result.status != "published" or not announced:
+            raise FleetError(f"publish did not produce a version: {result.status}")
+        return Published(result.manifest, announced[0])
+
+    def publish_keys(self, keys: Iterable[str | bytes | int], capacity: int, fpp: float = 0.01) -> Published:
+        """Build a filter sized for ``capacity`` keys holding ``keys`` and publish it."""
+        builder = FilterBuilder.for_capacity(capacity, fpp)
+        builder.add_many(keys)
+        return self.publish(builder)
+
+    # --- following a rollout ----------------------------------------------------------------
+
+    def origin_bytes(self) -> int:
+        """Filter-file bytes the origin has sent so far (counted at the proxy)."""
+        return self.proxy.filter_bytes if self.proxy is not None else 0
+
+    def wait_for_version(
+        self,
+        version: int,
+        *,
+        limit_s: float = 600.0,
+        interval_s: float = 0.25,
+        on_poll: Callable[[Sequence[AgentView]], None] | None = None,
+        agents: Sequence[AgentProcess] | None = None,
+    ) -> dict[str, float]:
+        """Poll until every agent (or those in ``agents``) serves ``version`` or newer;
+        return each agent's swap time (``time.time()``; the poll time when its last swap
+        was a later version). ``on_poll`` sees every poll. FleetError after ``limit_s``
+        or when an agent process exits."""
+        names = {a.root.name for a in (agents if agents is not None else self.agents)}
+        swapped: dict[str, float] = {}
+        deadline = time.monotonic() + limit_s
+        while True:
+            views = [v for v in self.views() if v.name in names]
+            if on_poll is not None:
+                on_poll(views)
+            for view in views:
+                if not view.alive:
+                    agent = next(a for a in self.agents if a.root.name == view.name)
+                    raise FleetError(f"{view.name} exited:\n{agent.log()[-3000:]}")
+                current = view.version
+                if view.name not in swapped and current is not None and current >= version:
+                    swapped[view.name] = view.swapped_at(version) or time.time()
+            if len(swapped) == len(names):
+                return swapped
+            if time.monotonic() > deadline:
+                missing = sorted(names - set(swapped))
+                raise FleetError(f"v{version} did not reach {len(missing)} agents in {limit_s:.0f} s: "
+                                 f"{', '.join(missing[:8])}")
+            time.sleep(interval_s)
+
+    def describe(self) -> str:
+        """Every agent's status and log tail, for error messages."""
+        parts = []
+        if self.proxy is not None:
+            counts = self.proxy.snapshot()
+            parts.append(f"origin: {counts.filter_bytes} filter bytes in {counts.filter_requests} GETs, "
+                         f"{counts.faults} injected faults")
+        for agent, view in zip(self.agents, self.views(), strict=True):
+            parts.append(f"--- {view.name}: {view.status}\n{agent.log()[-2000:]}")
+        return "\n".join(parts)
+
+
+__all__ = ["AgentView", "FleetError", "FleetSpec", "LocalFleet", "Published"]

@@ -1,0 +1,227 @@
+"""A reverse proxy on 127.0.0.1 in front of the S3 server: the origin as the fleet sees it.
+
+It counts the body bytes of filter files (``.../filter.bsf``) it sends — the origin's
+egress, measured where it leaves the origin — and can shape the origin like a real one:
+
+- ``rate_limit``: the origin's total egress in bytes/s, shared by all connections (one
+  token bucket), e.g. an uplink or a CDN budget;
+- ``connection_rate``: each response's own pace in bytes/s, like S3's bounded throughput
+  per connection;
+- ``fault_rate``: the fraction of requests that fail, half as a 503 and half as a stall
+  of ``stall_s`` followed by a dropped connection (a timeout for the client).
+
+moto does not check signatures, so presigned URLs made for the proxy's address work
+through it. Counters are read with :meth:`snapshot` and are safe across threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import random
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from bloomswarm.sandbox.processes import Service
+
+_CHUNK = 16 * 1024
+FILTER_SUFFIX = "/filter.bsf"
+
+
+@dataclass(frozen=True)
+class OriginCounts:
+    """What the proxy has served so far."""
+
+    filter_bytes: int
+    """Body bytes of filter-file GETs sent (the origin's payload egress)."""
+    filter_requests: int
+    """GET requests for filter files."""
+    requests: int
+    """All requests."""
+    faults: int
+    """Requests failed on purpose (``fault_rate``)."""
+
+
+class TokenBucket:
+    """A shared byte budget of ``rate`` bytes/s with a burst of ``burst`` bytes;
+    :meth:`take` blocks until the bytes may go (rate 0: never blocks)."""
+
+    def __init__(self, rate: int, burst: int = 64 * 1024) -> None:
+        self.rate = rate
+        self.burst = max(burst, _CHUNK)
+        self._tokens = float(self.burst)
+        self._stamp = time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> None:
+        if self.rate <= 0:
+            return
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+                self._stamp = now
+                if self._tokens >= size:
+                    self._tokens -= size
+                    return
+                wait = (size - self._tokens) / self.rate
+            time.sleep(wait)
+
+
+class OriginProxy(Service):
+    """The proxy; ``start()`` listens on a free port of 127.0.0.1, ``stop()`` closes it."""
+
+    def __init__(
+        self,
+        upstream: str,
+        *,
+        rate_limit: int = 0,
+        connection_rate: int = 0,
+        fault_rate: float = 0.0,
+        stall_s: float = 5.0,
+        seed: int | None = None,
+    ) -> None:
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError("fault_rate must be within 0..1")
+        if rate_limit < 0 or connection_rate < 0:
+            raise ValueError("rate limits must be >= 0")
+        parts = urlsplit(upstream)
+        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.connection_rate = connection_rate
+        self.fault_rate = fault_rate
+        self.stall_s = stall_s
+        self.bucket = TokenBucket(rate_limit)
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._filter_bytes = self._filter_requests = self._requests = self._faults = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The proxy's base URL (use it as the agents' S3 ``endpoint_url``)."""
+        if self._server is None:
+            raise RuntimeError("OriginProxy is not running")
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def filter_bytes(self) -> int:
+        """Body bytes of filter files sent so far."""
+        return self.snapshot().filter_bytes
+
+    @property
+    def filter_requests(self) -> int:
+        """GET requests for filter files so far."""
+        return self.snapshot().filter_requests
+
+    def snapshot(self) -> OriginCounts:
+        """The counters, read together."""
+        with self._lock:
+            return OriginCounts(self._filter_bytes, self._filter_requests, self._requests, self._faults)
+
+    def set_fault_rate(self, fault_rate: float) -> None:
+        """Change the fraction of failing requests while running."""
+        if not 0.0 <= fault_rate <= 1.0:
+            raise ValueError("fault_rate must be within 0..1")
+        self.fault_rate = fault_rate
+
+    def _fault(self) -> str | None:
+        """None, "error" or "stall" for the next request."""
+        with self._lock:
+            self._requests += 1
+            if self.fault_rate <= 0 or self._random.random() >= self.fault_rate:
+                return None
+            self._faults += 1
+            return "error" if self._random.random() < 0.5 else "stall"
+
+    def _sent(self, path: str, size: int) -> None:
+        if path.split("?", 1)[0].endswith(FILTER_SUFFIX):
+            with self._lock:
+                self._filter_bytes += size
+
+    def start(self) -> OriginProxy:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def handle(self) -> None:
+                with contextlib.suppress(ConnectionError, TimeoutError):  # clients drop web seeds
+                    super().handle()
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                fault = proxy._fault()
+                if fault == "stall":
+                    time.sleep(proxy.stall_s)
+                    self.close_connection = True
+                    return
+                if fault == "error":
+                    payload = b"<Error><Code>SlowDown</Code><Message>injected fault</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("connection", "keep-alive", "proxy-connection")}
+                conn = http.client.HTTPConnection(*proxy.upstream, timeout=60)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    data = response.read()
+                finally:
+                    conn.close()
+                self.send_response_only(response.status, response.reason)
+                for name, value in response.getheaders():
+                    if name.lower() not in ("connection", "keep-alive", "transfer-encoding",
+                                            "content-length", "server", "date"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command == "HEAD":
+                    return
+                counted = self.command == "GET" and 200 <= response.status < 300
+                started = time.monotonic()
+                for offset in range(0, len(data), _CHUNK):
+                    chunk = data[offset: offset + _CHUNK]
+                    if counted:
+                        proxy.bucket.take(len(chunk))
+                    if proxy.connection_rate:
+                        delay = started + offset / proxy.connection_rate - time.monotonic()
+                        if delay > 0:
+                            time.sleep(delay)
+                    self.wfile.write(chunk)
+                    if counted:
+                        proxy._sent(self.path, len(chunk))
+
+            def do_GET(self) -> None:
+                if self.path.split("?", 1)[0].endswith(FILTER_SUFFIX):
+                    with proxy._lock:
+                        proxy._filter_requests += 1
+                self._forward()
+
+            do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="origin-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
