@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
@@ -211,12 +211,16 @@ class WorkerProcess:
     report. Reports are read by a thread; ``latest`` is the last status report.
     ``stop()`` asks it to stop, then terminates and finally kills it, always by its own
     PID; ``kill()`` sends SIGKILL at once. stderr goes to a log file (``log_tail()``).
+    ``prefix`` is put before the command, e.g. ``["ip", "netns", "exec", NAME]`` to run
+    the worker in a network namespace (a prefix that execs the command keeps its PID).
     """
 
-    def __init__(self, spec: Report, *, name: str = "worker", cwd: Path | None = None) -> None:
+    def __init__(self, spec: Report, *, name: str = "worker", cwd: Path | None = None,
+                 prefix: Sequence[str] = ()) -> None:
         self.spec = spec
         self.name = name
         self.cwd = cwd or Path(__file__).resolve().parents[2]
+        self.prefix = list(prefix)
         self.port = 0
         self.latest: Report | None = None
         self.reports: list[Report] = []
@@ -245,7 +249,8 @@ class WorkerProcess:
         self._log = Path(log_name)
         with os.fdopen(fd, "wb") as log:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "tests.functional.swarm_worker", json.dumps(self.spec)],
+                [*self.prefix, sys.executable, "-m", "tests.functional.swarm_worker",
+                 json.dumps(self.spec)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,
