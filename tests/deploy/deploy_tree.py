@@ -24,8 +24,8 @@ import yaml
 
 from bloomswarm.agent.config import AgentConfig
 from bloomswarm.agent_commands import load_agent_config
-from bloomswarm.publish_commands import load_cli_config
 from bloomswarm.main import build_parser
+from bloomswarm.publish_commands import load_cli_config
 from bloomswarm.publisher.config import PublisherConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ class UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark
