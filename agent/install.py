@@ -50,9 +50,15 @@ class DownloadRefused(BloomswarmError):
 
 
 def prepare_data_dir(data_dir: Path) -> None:
-    """Create ``versions/`` and ``staging/`` under ``data_dir`` (and ``data_dir`` itself)."""
-    (data_dir / VERSIONS).mkdir(parents=True, exist_ok=True)
-    (data_dir / STAGING).mkdir(parents=True, exist_ok=True)
+    """Create ``versions/`` and ``staging/`` under ``data_dir`` (and ``data_dir`` itself).
+
+    New directories get explicit modes that the umask can only narrow, never widen:
+    ``data_dir`` and ``versions/`` 0755 (applications read them), ``staging/`` 0700 (only
+    the agent looks at unverified downloads). Existing directories keep their modes.
+    """
+    data_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    (data_dir / VERSIONS).mkdir(mode=0o755, exist_ok=True)
+    (data_dir / STAGING).mkdir(mode=0o700, exist_ok=True)
 
 
 def staging_dir(data_dir: Path, version: int) -> Path:

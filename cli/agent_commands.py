@@ -29,6 +29,7 @@ from bloomswarm.agent.announcements import (
 from bloomswarm.agent.config import CONFIG_ENV, AgentConfig, StatusConfig, load_config
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.direct import DirectTransfer
+from bloomswarm.agent.install import prepare_data_dir
 from bloomswarm.agent.logfmt import log_event
 from bloomswarm.agent.metrics import AgentMetrics, StatusServer
 from bloomswarm.agent.origin import CdnOrigin, Origin, S3Origin
@@ -130,6 +131,10 @@ def build_source(
 def run_agent(args: argparse.Namespace) -> int:
     config = load_agent_config(args)
     keys = load_public_keys(config.public_keys)
+    try:  # an unusable data directory fails before anything starts
+        prepare_data_dir(config.data_dir)
+    except OSError as exc:
+        raise ConfigError(f"cannot use data_dir {config.data_dir}: {exc.strerror or exc}") from exc
     source, origin = build_source(config, keys)
     metrics = AgentMetrics()
     transfer = build_transfer(config)

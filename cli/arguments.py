@@ -6,6 +6,9 @@ import argparse
 
 from bloomswarm.common.params import Layout
 
+MAX_VERSION = 2**63 - 1
+"""Largest version number a manifest can carry."""
+
 
 def positive_int(text: str) -> int:
     """An integer >= 0 (thousands separators ``_`` and ``,`` allowed)."""
@@ -15,6 +18,38 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def count_value(text: str) -> int:
+    """An integer >= 1 (a number of things that cannot be zero)."""
+    value = positive_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def filter_version_value(text: str) -> int:
+    """A filter version for a file header: 0 (unversioned) .. 2**63-1."""
+    value = positive_int(text)
+    if value > MAX_VERSION:
+        raise argparse.ArgumentTypeError(f"must be at most 2**63-1, got {text}")
+    return value
+
+
+def version_value(text: str) -> int:
+    """A published version number: 1 .. 2**63-1."""
+    value = filter_version_value(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"versions start at 1, got {text}")
+    return value
+
+
+def pid_value(text: str) -> int:
+    """A process id: > 0 (0 and negative ids would signal whole process groups)."""
+    value = positive_int(text)
+    if not 0 < value < 2**31:
+        raise argparse.ArgumentTypeError(f"not a process id: {text}")
     return value
 
 

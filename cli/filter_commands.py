@@ -15,7 +15,7 @@ from bloomswarm.common.reader import Filter
 from bloomswarm.publisher.build import BuildSpec, build_filter
 from bloomswarm.publisher.sources import KeyType, SourceSpec, convert_key
 
-from .arguments import fpp_value, layout_value, positive_int, seed_value
+from .arguments import count_value, filter_version_value, fpp_value, layout_value, positive_int, seed_value
 
 
 def register(commands: Any) -> None:
@@ -37,7 +37,7 @@ def register(commands: Any) -> None:
     build.add_argument("--layout", type=layout_value, default=Layout.BLOCKED,
                        help="blocked (default) or standard")
     build.add_argument("--seed", type=seed_value, default=0, help="hash seed, 0..2**32-1")
-    build.add_argument("--filter-version", type=positive_int, default=0, metavar="N",
+    build.add_argument("--filter-version", type=filter_version_value, default=0, metavar="N",
                        help="version number stored in the header")
     add_build_engine_options(build)
     build.set_defaults(handler=run_build)
@@ -61,7 +61,7 @@ def add_build_engine_options(parser: argparse.ArgumentParser) -> None:
                         help="build in this process (default) or on a Dask cluster")
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="Dask scheduler address (default: start a LocalCluster)")
-    parser.add_argument("--workers", type=positive_int, metavar="N",
+    parser.add_argument("--workers", type=count_value, metavar="N",
                         help="worker processes of that LocalCluster (default: one per CPU)")
 
 
@@ -73,6 +73,8 @@ def _add_key_options(parser: argparse.ArgumentParser) -> None:
 def run_build(args: argparse.Namespace) -> int:
     if not args.output.parent.is_dir():
         raise ConfigError(f"output directory does not exist: {args.output.parent}")
+    if args.output.is_dir():
+        raise ConfigError(f"output is a directory: {args.output} (give a file name)")
     if args.engine != "dask" and (args.scheduler or args.workers):
         raise ConfigError("--scheduler and --workers need --engine dask")
     source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column,

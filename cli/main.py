@@ -61,9 +61,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
+    )
+    # Our own progress and events at INFO; libraries (botocore, distributed) only warn
+    # unless --verbose, so a failure stays one line.
+    logging.getLogger("bloomswarm").setLevel(
+        logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     )
     try:
         return int(args.handler(args) or 0)

@@ -41,7 +41,7 @@ from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
 from bloomswarm.publisher.watch import watch_and_publish
 
-from .arguments import fpp_value, layout_value, positive_int, seed_value
+from .arguments import fpp_value, layout_value, pid_value, positive_int, seed_value, version_value
 from .filter_commands import _add_key_options, add_build_engine_options
 
 CONFIG_ENV = "BLOOMSWARM_CONFIG"
@@ -87,7 +87,7 @@ def register(commands: Any) -> None:
     keygen.set_defaults(handler=run_keygen)
 
     pin_parser = commands.add_parser("pin", help="point the fleet at VERSION and hold it there")
-    pin_parser.add_argument("version", type=int, metavar="VERSION")
+    pin_parser.add_argument("version", type=version_value, metavar="VERSION")
     _add_store_options(pin_parser)
     _add_signing_key_option(pin_parser)
     pin_parser.set_defaults(handler=run_pin)
@@ -108,7 +108,7 @@ def register(commands: Any) -> None:
     sync.add_argument("--whitelist", type=Path, metavar="PATH", help="whitelist file to keep")
     pid = sync.add_mutually_exclusive_group()
     pid.add_argument("--pid-file", type=Path, metavar="PATH", help="file with the tracker's PID")
-    pid.add_argument("--tracker-pid", type=int, metavar="PID", help="the tracker's PID")
+    pid.add_argument("--tracker-pid", type=pid_value, metavar="PID", help="the tracker's PID")
     sync.add_argument("--public-key", type=Path, action="append", default=[], metavar="PATH",
                       help="leave out versions not signed by these keys (repeatable)")
     sync.add_argument("--watch", action="store_true", help="keep syncing every --interval seconds")

@@ -28,6 +28,7 @@ raw values (TOML values or environment strings) and checks them itself.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import types
 import typing
@@ -62,6 +63,8 @@ def int_value(value: object) -> object:
 def float_value(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError("must be a number")
+    if not math.isfinite(value):  # NaN passes every "> 0" check; inf overflows timers
+        raise ValueError("must be a finite number")
     return float(value)
 
 
