@@ -191,7 +191,7 @@ def test_every_bloomswarm_variable_in_deploy_and_docs_is_a_setting_or_a_known_sw
     texts = [p for p in DEPLOY.rglob("*") if p.is_file()] + [ROOT / "docs" / "operations.md"]
     found: dict[str, Path] = {}
     for path in texts:
-        for name in re.findall(r"\bBLOOMSWARM_[A-Z0-9_]*[A-Z0-9]", path.read_text(encoding="utf-8")):
+        for name in re.findall(r"\bBLOOMSWARM_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")):
             found.setdefault(name, path)
     assert len(found) >= 10
     unknown = {name: str(path.relative_to(ROOT)) for name, path in found.items() if name not in known}
