@@ -1,5 +1,7 @@
 """Agents as real processes against moto's S3 server, moving bytes with the direct transfer.
 
+The same faults with the issue's whole setting — opentracker and 5 agents moving bytes
+with the libtorrent swarm — and the 30 s S3 outage are in test_agent_faults_swarm.py.
 The publisher's own code publishes into the bucket; faults are injected with the same
 library calls (a manifest rewritten after signing, a pointer signed by an untrusted key,
 a filter object replaced). An agent is ``python -m bloomswarm agent run``; a LiveFilter
@@ -14,11 +16,9 @@ import hashlib
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 
 from bloomswarm.common.builder import FilterBuilder
@@ -31,8 +31,6 @@ from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
 from tests.functional.agent_process import AgentProcess
 from tests.functional.live_reader import LiveReader
-from tests.functional.processes import free_port
-from tests.functional.s3server import MotoServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -254,47 +252,3 @@ class _VisibleFiles(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(5)
-
-
-def test_s3_outage_keeps_serving_and_recovers(tmp_path: Path, s3_server: str) -> None:
-    """A dedicated moto server, stopped for a while and started again on the same port."""
-    port = free_port()
-    server = MotoServer(port=port)
-    server.start()
-    fleet: Fleet | None = None
-    try:
-        s3 = S3Config(bucket="outage-test", prefix="fleet", endpoint_url=server.endpoint,
-                      region="us-east-1", connect_timeout_s=1.0, read_timeout_s=5.0, max_attempts=1)
-        client = boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket=s3.bucket)
-        fleet = Fleet(tmp_path, s3)
-        fleet.publish(_keys(1))
-        agent = fleet.agent("a")
-        agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
-        reader = fleet.reader(agent)
-        reader.wait_until_serving(1, _keys(1)[:20], [])
-        saved = {key: fleet.store.get(key) for key in fleet.store.list()}
-
-        server.stop()  # by its PID
-        errors = agent.metric("origin_errors_total")
-        agent.wait_for("origin errors counted", lambda a: a.metric("origin_errors_total") >= errors + 3)
-        deadline = time.monotonic() + 8.0  # stay down a while longer, serving all along
-        while time.monotonic() < deadline:
-            assert reader.answers(1, _keys(1)[:20], [])
-            assert agent.http_status("/readyz") == 200
-            time.sleep(0.5)
-        assert agent.current_version() == 1
-
-        server.start()  # the same port; moto keeps no state: put the bucket back
-        client.create_bucket(Bucket=s3.bucket)
-        for key, stored in saved.items():
-            assert stored is not None
-            fleet.store.put(key, stored.data)
-        fleet.publish(_keys(2))
-        agent.wait_for("v2 installed after the outage", _on(2))  # type: ignore[arg-type]
-        reader.wait_until_serving(2, _keys(2)[:20], [])
-        assert "event=origin_error" in agent.log()
-    finally:
-        if fleet is not None:
-            fleet.close()
-        server.stop()

@@ -303,8 +303,9 @@ def test_aria2c_downloads_from_the_agents_swarm(
 ) -> None:
     """aria2c, from its .torrent, fetches the file from two agents that seed it.
 
-    The torrent is v1-only: Debian's aria2 1.36 cannot join a hybrid v1+v2 swarm (see the
-    next test), so this checks the agents' side of the protocol, which is the same for both.
+    The torrent is v1-only, like the publisher's default: Debian's aria2 1.36 cannot join a
+    hybrid v1+v2 swarm (see the next test). test_agent_swarm.py does the same with the
+    published torrent and whole agents.
     """
     aria2c = _aria2c()
     v1 = make_test_torrent(torrent.file, piece_size=torrent.piece_size, v1_only=True)
@@ -341,9 +342,9 @@ def test_aria2c_downloads_from_the_agents_swarm(
 def test_debian_aria2c_misreads_hybrid_torrents(torrent: TestTorrent) -> None:
     """A known aria2 1.36 bug (aria2/aria2#1903, fixed after 1.36 by #1905): its bencode
     parser drops the empty-string keys of the v2 "file tree", so it computes another
-    v1 info-hash for a hybrid torrent and can never find its swarm. When this test fails,
-    the installed aria2 reads hybrid torrents and the interoperability test above can use
-    the hybrid torrent the publisher makes."""
+    v1 info-hash for a hybrid torrent and can never find its swarm; this is why the
+    publisher makes v1 torrents by default. When this test fails, the installed aria2
+    reads hybrid torrents too (and docs/publishing.md can say so)."""
     shown = subprocess.run([_aria2c(), "-S", str(torrent.torrent_path)], capture_output=True,
                            text=True, timeout=30, check=True).stdout
     info_hash = next(line.split(":", 1)[1].strip() for line in shown.splitlines()
