@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import re
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+import jsonschema
 import pytest
 
 from bloomswarm.agent.config import AgentConfig
 from bloomswarm.publisher.config import PublisherConfig
 from tests.deploy.deploy_tree import (
+    COMPOSE_FILE,
     DEPLOY,
     bloomswarm_invocations,
     bloomswarm_services,
@@ -21,10 +25,34 @@ from tests.deploy.deploy_tree import (
     compose_files,
     compose_mounts,
     load_invocation,
+    load_yaml,
     shell_commands,
 )
 
 AGENTS = ("agent-1", "agent-2", "agent-3")
+SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "deploy" / "compose-spec.json"
+
+
+def _compose_validator() -> jsonschema.protocols.Validator:
+    """The Compose Specification's schema (vendored, see tests/fixtures/deploy/README.md)
+    with the top-level ``name`` it predates."""
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    schema["properties"]["name"] = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"}
+    validator: jsonschema.protocols.Validator = jsonschema.Draft201909Validator(schema)
+    return validator
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    (raw,) = load_yaml(COMPOSE_FILE)
+    errors = [f"{list(e.path)}: {e.message}" for e in _compose_validator().iter_errors(raw)]
+    assert not errors, errors
+
+
+def test_compose_schema_catches_a_misspelled_service_key() -> None:
+    (raw,) = load_yaml(COMPOSE_FILE)
+    broken = copy.deepcopy(raw)
+    broken["services"]["agent-1"]["healtcheck"] = broken["services"]["agent-1"].pop("healthcheck")
+    assert list(_compose_validator().iter_errors(broken))
 
 
 @pytest.fixture(scope="module")
