@@ -11,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${BLOOMSWARM_VENV:-.venv-test}
+case $venv in /*) ;; *) venv=$PWD/$venv ;; esac
 python=${PYTHON:-python3}
 
 log() { printf '\n== %s\n' "$*"; }
@@ -43,10 +44,14 @@ log "ruff"
 "$venv/bin/ruff" check .
 
 log "mypy"
-# Checks the installed package (the folders are mapped into bloomswarm.*), then the
-# tests and benchmarks against it.
-"$venv/bin/mypy" -p bloomswarm
-"$venv/bin/mypy" tests benchmarks
+# mypy reports nothing inside installed packages, so the package is checked in a copy of
+# the folders laid out as they install (bloomswarm/, bloomswarm/common/, ...); then the
+# tests, benchmarks and scripts against the installed package.
+tree=$(mktemp -d)
+trap 'rm -rf "$tree"' EXIT
+"$venv/bin/python" scripts/package_tree.py "$tree"
+(cd "$tree" && "$venv/bin/mypy" --config-file "$OLDPWD/pyproject.toml" -p bloomswarm)
+"$venv/bin/mypy" tests benchmarks scripts
 
 log "pytest"
 set +e
