@@ -1,163 +1,414 @@
-"""``bloomswarm demo``: the whole read path on one machine, with nothing to set up.
+"""``bloomswarm demo``: the whole system on this machine, with nothing to set up.
 
-Builds version 1 of a filter from generated keys, installs it in a data directory the
-way the agent does, starts a lookup client in another process (LiveFilter), then builds
-and installs version 2 and shows the client follow the swap. The client checks every
-answer: keys present in both versions must always be found (no false negative, no
-failed lookup) while the swap happens under it.
+It starts moto's S3 server on 127.0.0.1 (the origin, read by the agents through a proxy
+that counts the bytes it sends), opentracker when it is installed and otherwise the DHT
+bootstrapped from the first agent, and N agents as separate ``bloomswarm agent run``
+processes (see :class:`bloomswarm.sandbox.fleet.LocalFleet`). A lookup client process
+(:mod:`.demo_client`) reads the first agent's data directory through LiveFilter. Each
+round builds a version from generated keys (:mod:`.demo_data`), publishes it with the
+publisher's code and follows every agent until it swaps (:mod:`.demo_view` draws it).
+The summary gives each round's publish-to-last-swap time and origin bytes, and the
+client's rate and error counts; the exit code is 1 when a round did not reach every
+agent or the client saw an error or a false negative.
+
+Ctrl-C (or SIGTERM) stops the client, the agents, the tracker and the S3 server, each by
+its PID, and removes the files (unless ``--dir``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing as mp
-import queue
+import importlib.util
+import logging
 import shutil
+import signal
+import sys
 import tempfile
 import time
-from dataclasses import dataclass
-from multiprocessing.synchronize import Event as EventType
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from .arguments import fpp_value
 
-from .arguments import positive_int
+if TYPE_CHECKING:
+    from bloomswarm.sandbox.fleet import AgentView, LocalFleet
+
+    from .demo_client import LookupClient
+    from .demo_data import KeyPlan
+    from .demo_view import DemoState, RoundResult, View
+
+DEMO_MODULES = ("moto", "flask", "flask_cors")
+"""What moto's S3 server needs (the ``demo`` extra: ``moto[server]``)."""
+INSTALL_HINT = ("moto's S3 server is not installed; install the demo extra: pip install 'bloomswarm[demo]' "
+                "(in a checkout: pip install '.[demo]', or run scripts/run.sh)")
+MAX_AGENTS = 100
+LOOPBACK_SWARM: dict[str, object] = {"origin_stagger_s": 1.0, "origin_starved_s": 1.0}
+"""Origin-policy settings of the demo's agents beside ``origin_grace_s`` (``--origin-grace``):
+on loopback peers are found within a second, so the turns at the origin are spaced 1 s."""
+POLL_S = 0.25
+
+
+def _count(minimum: int, maximum: int | None = None) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace(",", "").replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:,}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {text}")
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    """A finite number of seconds > 0."""
+    value = _seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
 
 
 def register(commands: Any) -> None:
     """Add the ``demo`` subcommand."""
-    demo = commands.add_parser("demo", help="show versions being built, installed and hot-swapped")
-    demo.add_argument("--keys", type=positive_int, default=1_000_000, help="keys per version (1M)")
-    demo.add_argument("--rounds", type=positive_int, default=2, help="versions to publish (2)")
-    demo.add_argument("--dir", type=Path, help="data directory to use (default: a temporary one)")
+    demo = commands.add_parser(
+        "demo", help="run the whole system on this machine: S3, tracker or DHT, publisher, agents",
+        description="Start moto's S3 server, opentracker (or the DHT) and N agents on 127.0.0.1, "
+        "publish versions of a filter built from generated keys, and show every agent download "
+        "and swap while a lookup client process queries one agent's data directory.")
+    demo.add_argument("--agents", type=_count(1, MAX_AGENTS), default=8, metavar="N",
+                      help="agent processes (8)")
+    demo.add_argument("--keys", type=_count(1000), default=5_000_000, metavar="N",
+                      help="keys per version (5,000,000)")
+    demo.add_argument("--rounds", type=_count(1, 1000), default=2, metavar="N",
+                      help="versions to publish, v1 included (2: v1, then v2)")
+    demo.add_argument("--fpp", type=fpp_value, default=0.01, metavar="RATE",
+                      help="target false-positive rate (0.01)")
+    demo.add_argument("--discovery", choices=("auto", "tracker", "dht"), default="auto",
+                      help="how agents find each other: opentracker, the DHT, or auto: "
+                      "opentracker when installed, else the DHT (auto)")
+    demo.add_argument("--dir", type=Path, metavar="DIR",
+                      help="keep the run's files (agent data and logs) in a new folder under DIR "
+                      "(default: a temporary folder, removed at the end)")
+    demo.add_argument("--timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+                      help="seconds a round may take to reach every agent (300)")
+    demo.add_argument("--origin-grace", type=_seconds, default=1.0, metavar="SECONDS",
+                      help="seconds an agent looks for peers before it may use the origin "
+                      "(1; the agent's own default is 5)")
+    demo.add_argument("--pause", type=_seconds, default=2.0, metavar="SECONDS",
+                      help="seconds to watch the lookup client after each round (2)")
+    demo.add_argument("--plain", action="store_true",
+                      help="print progress lines instead of the live table (automatic when "
+                      "stdout is not a terminal)")
     demo.set_defaults(handler=run_demo)
 
 
-@dataclass(frozen=True)
-class ClientReport:
-    """What the lookup client saw in one reporting interval."""
-
-    version: int | None
-    lookups: int
-    rate: float
-    errors: int
-    false_negatives: int
-    swaps: int
-
-
-def lookup_client(directory: str, keys: list[bytes], reports: Any, stop: EventType) -> None:
-    """Look up ``keys`` (all present in every version) in a loop until ``stop`` is set."""
-    import logging
-
-    from bloomswarm.common.live import LiveFilter
-
-    logging.basicConfig(level=logging.WARNING)
-    live = LiveFilter(directory, poll_interval=0.2, wait=10)
-    lookups = errors = false_negatives = 0
-    window_start, window_lookups = time.monotonic(), 0
-    try:
-        while not stop.is_set():
-            for key in keys:
-                try:
-                    if key not in live:
-                        false_negatives += 1
-                except Exception:
-                    errors += 1
-            lookups += len(keys)
-            window_lookups += len(keys)
-            now = time.monotonic()
-            if now - window_start >= 0.5:
-                reports.put(ClientReport(live.version, lookups, window_lookups / (now - window_start),
-                                         errors, false_negatives, live.swap_count))
-                window_start, window_lookups = now, 0
-    finally:
-        live.close()
+def missing_modules() -> list[str]:
+    """The modules of the demo extra that cannot be imported."""
+    return [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    directory = args.dir or Path(tempfile.mkdtemp(prefix="bloomswarm-demo-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    n, rounds = max(args.keys, 1000), max(args.rounds, 1)
-    churn = n // 100
-    print(f"data directory: {directory}")
-    print(f"{n:,} keys per version; each new version drops {churn:,} keys and adds {churn:,}")
-    common = [f"user:{i}".encode() for i in range(churn * rounds, n, max(1, n // 20000))]
-    context = mp.get_context("spawn")
-    reports = context.Queue()
-    stop = context.Event()
-    client = None
-    last: ClientReport | None = None
+    if missing_modules():
+        print(f"bloomswarm demo: error: {INSTALL_HINT}", file=sys.stderr)
+        return 1
+    if args.discovery == "tracker" and shutil.which("opentracker") is None:
+        print("bloomswarm demo: error: opentracker is not on PATH: install it (e.g. apt-get install "
+              "opentracker) or use --discovery dht", file=sys.stderr)
+        return 1
+    if not getattr(args, "verbose", False):
+        for name in ("", "bloomswarm"):  # the demo prints its own progress; log lines would tear the table
+            logging.getLogger(name).setLevel(logging.WARNING)
+    with _sigterm_interrupts():
+        return Demo(args).run()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C while the demo runs, so that it cleans up the same way."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
-        _install(directory, 1, n, churn, progress=True)
-        client = context.Process(target=lookup_client, args=(str(directory), common, reports, stop),
-                                 name="lookup-client", daemon=True)
-        client.start()
-        last = _wait_for(reports, lambda r: r.version == 1, timeout=60)
-        print(f"lookup client (pid {client.pid}) answers from v1 at {last.rate / 1e6:.2f}M lookups/s")
-        for version in range(2, rounds + 1):
-            started = time.monotonic()
-            _install(directory, version, n, churn, progress=True)
-            flipped = time.monotonic()
-            last = _wait_for(reports, lambda r, v=version: r.version == v, timeout=60)
-            print(f"v{version}: built+installed in {flipped - started:.1f}s; the client swapped within "
-                  f"{time.monotonic() - flipped:.2f}s and answers at {last.rate / 1e6:.2f}M lookups/s")
-        time.sleep(1.0)
+        yield
     finally:
-        stop.set()
-        if client is not None:
-            last = _stop_client(client, reports, last)
-        if args.dir is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    assert last is not None
-    ok = last.errors == 0 and last.false_negatives == 0
-    print(f"summary: {rounds} versions; client did {last.lookups:,} lookups, {last.swaps} swaps, "
-          f"{last.errors} errors, {last.false_negatives} false negatives -> {'OK' if ok else 'FAILED'}")
-    return 0 if ok else 1
+        signal.signal(signal.SIGTERM, previous)
 
 
-def _install(directory: Path, version: int, n: int, churn: int, *, progress: bool) -> None:
-    """Build version ``version`` (keys shifted by ``churn`` per version) and flip to it."""
-    first = churn * (version - 1)
-    builder = FilterBuilder.for_capacity(n, 0.01)
-    builder.add_many(f"user:{i}".encode() for i in range(first, first + n))
-    target = version_dir(directory, version)
-    target.mkdir(parents=True, exist_ok=True)
-    builder.write(target / FILTER_FILE, version=version)
-    flip_current(directory, version)
-    if progress:
-        print(f"v{version}: {n:,} keys -> {target / FILTER_FILE} ({builder.params.num_bytes:,} bytes); "
-              "current -> v" + str(version))
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Ignore Ctrl-C and SIGTERM while everything stops (a second Ctrl-C must not leave
+    processes behind)."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _wait_for(reports: Any, done: Any, timeout: float) -> ClientReport:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class Demo:
+    """One run of the demo (see the module docstring)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from rich.console import Console
+
+        from .demo_data import KeyPlan
+
+        self.args = args
+        self.plan: KeyPlan = KeyPlan(args.keys, args.rounds)
+        self.console = Console(highlight=False)
+        self.live = self.console.is_terminal and not args.plain
+        self.keep = args.dir is not None
+        self.rounds: list[RoundResult] = []
+        self.client: LookupClient | None = None
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
+
+    def run(self) -> int:
+        from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
+
+        root = self._make_root()
+        args = self.args
+        spec = FleetSpec(agents=args.agents, discovery=args.discovery,
+                         swarm={**LOOPBACK_SWARM, "origin_grace_s": args.origin_grace})
+        versions = "v1" if args.rounds == 1 else f"v1 to v{args.rounds}"
+        self.say(f"bloomswarm demo: {args.agents} agents, {args.keys:,} keys per version, {args.rounds} "
+                 f"round{'s' if args.rounds > 1 else ''} ({versions}), false-positive target {args.fpp:g}")
+        self.say(f"files: {root}" + ("" if self.keep else " (removed at the end; --dir keeps them)"))
+        report = None
+        error: str | None = None
+        fleet: LocalFleet | None = None
         try:
-            report: ClientReport = reports.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        if done(report):
-            return report
-    raise TimeoutError("the lookup client did not report in time")
+            try:
+                fleet = LocalFleet(root, spec)
+                self.say(f"discovery: {self._discovery_text(fleet)}")
+                self._start(fleet)
+                self._run_rounds(fleet)
+            except (FleetError, RuntimeError, OSError) as exc:
+                error = _first_line(exc)
+            except KeyboardInterrupt:
+                self.say("interrupted: stopping the lookup client, the agents, the tracker and the S3 server")
+                raise
+        finally:
+            with _shielded():
+                if self.client is not None:
+                    report = self.client.stop()
+                if fleet is not None:
+                    fleet.stop()
+                if not self.keep and (error is None or fleet is None):
+                    shutil.rmtree(root, ignore_errors=True)
+        return self._finish(report, error, root)
 
+    def _make_root(self) -> Path:
+        if self.args.dir is None:
+            return Path(tempfile.mkdtemp(prefix="bloomswarm-demo-"))
+        base = Path(self.args.dir)
+        base.mkdir(parents=True, exist_ok=True)
+        root = base / time.strftime("run-%Y%m%d-%H%M%S")
+        suffix = 1
+        while root.exists():
+            root = base / (time.strftime("run-%Y%m%d-%H%M%S") + f"-{suffix}")
+            suffix += 1
+        root.mkdir()
+        return root
 
-def _stop_client(client: Any, reports: Any, last: ClientReport | None) -> ClientReport:
-    """Wait for the stopped client to exit (terminate it if it hangs); return its last report."""
-    deadline = time.monotonic() + 10
-    while client.is_alive() and time.monotonic() < deadline:
-        with contextlib.suppress(queue.Empty):
-            last = reports.get(timeout=0.2)
-    if client.is_alive():
-        client.terminate()
-    client.join(timeout=5)
-    while True:
+    def _discovery_text(self, fleet: LocalFleet) -> str:
+        requested = self.args.discovery
+        if fleet.discovery == "tracker":
+            found = shutil.which("opentracker")
+            return f"opentracker ({found})" + (", found on PATH" if requested == "auto" else "")
+        if requested == "dht":
+            return "the DHT, bootstrapped from agent0 (--discovery dht)"
+        return ("the DHT, bootstrapped from agent0 (opentracker is not installed; with it, "
+                "e.g. `apt-get install opentracker`, agents would use a tracker)")
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _start(self, fleet: LocalFleet) -> None:
+        from .demo_client import LookupClient
+
+        started = time.monotonic()
+        fleet.start(on_step=lambda what: self.say(f"starting {what} on 127.0.0.1"))
+        assert fleet.s3 is not None and fleet.proxy is not None
+        self.say(f"  S3 endpoint {fleet.s3.endpoint_url}, bucket {fleet.s3.bucket}; agents read it "
+                 f"through the counting proxy {fleet.proxy.endpoint}")
+        if fleet.tracker is not None:
+            self.say(f"  tracker {fleet.tracker.announce_url}")
+        self._wait_until_up(fleet)
+        count = len(fleet.agents)
+        self.say(f"agents up: {count}/{count} after {time.monotonic() - started:.1f} s (each is a "
+                 f"`bloomswarm agent run` process; data and logs in {fleet.root}/agentN)")
+        self.client = LookupClient(fleet.agents[0].data_dir, self.plan).start()
+        self.say(f"lookup client started (pid {self.client.pid}): LiveFilter on agent0's data directory")
+
+    def _wait_until_up(self, fleet: LocalFleet) -> None:
+        from bloomswarm.sandbox.fleet import FleetError
+
+        pending = list(fleet.agents)
+        deadline = time.monotonic() + max(120.0, 10.0 * len(pending))
+        shown = -1
+        while pending:
+            for agent in list(pending):
+                if agent.process is None or agent.process.poll() is not None:
+                    raise FleetError(f"{agent.root.name} exited at start; its log: {agent.log_path}")
+                with contextlib.suppress(OSError):
+                    if agent.http_status("/healthz") == 200:
+                        pending.remove(agent)
+            up = len(fleet.agents) - len(pending)
+            if up != shown and pending:
+                self.say(f"  agents up: {up}/{len(fleet.agents)}")
+                shown = up
+            if pending and time.monotonic() > deadline:
+                raise FleetError(f"{pending[0].root.name} did not come up; its log: {pending[0].log_path}")
+            time.sleep(0.2)
+
+    # -- rounds ------------------------------------------------------------------------------
+
+    def _run_rounds(self, fleet: LocalFleet) -> None:
+        from .demo_view import DemoState, LiveView, PlainView
+
+        state = DemoState(agents=len(fleet.agents), rounds=self.args.rounds, client_agent="agent0")
+        view: View = LiveView(self.console) if self.live else PlainView()
+        state.views = fleet.views()
+        with view:
+            for number in range(1, self.args.rounds + 1):
+                result = self._round(fleet, number, state, view)
+                self.rounds.append(result)
+                if not result.converged:
+                    view.event(f"round {number}: v{result.version} did not reach every agent: {result.error}")
+                    return
+                view.event(f"round {number}: all {state.agents} agents on v{result.version}, last swap "
+                           f"{result.last_swap_s:.2f} s after the publish; origin sent "
+                           f"{result.origin_copies:.2f} x the file")
+                self._watch_client(fleet, state, view, result.version)
+
+    def _round(self, fleet: LocalFleet, number: int, state: DemoState, view: View) -> RoundResult:
+        from bloomswarm.sandbox.fleet import FleetError
+
+        from .demo_data import build_version
+        from .demo_view import RoundResult, size_text
+
+        keys = self.plan.keys
+        state.current = None
+        state.phase = f"round {number}/{self.args.rounds}: building v{number} from {keys:,} keys"
+        view.event(state.phase)
+        view.update(state)
+
+        def built(done: int) -> None:
+            state.phase = f"round {number}/{self.args.rounds}: building v{number}: {done:,}/{keys:,} keys"
+            self._refresh_client(state)
+            view.update(state)
+
+        started = time.monotonic()
+        builder = build_version(self.plan, number, self.args.fpp, on_progress=built)
+        build_s = time.monotonic() - started
+        state.phase = (f"round {number}/{self.args.rounds}: publishing v{number} (file, torrent, upload "
+                       "to S3, signed manifest, latest.json)")
+        view.update(state)
+        origin_before = fleet.origin_bytes()
+        peers_before = sum(v.bytes_from_peers for v in fleet.views())
+        started = time.monotonic()
+        published = fleet.publish(builder)
+        result = RoundResult(number, published.version, len(fleet.agents), published.manifest.size, build_s,
+                             time.monotonic() - started, published.announced_at)
+        view.event(f"v{result.version} published: {keys:,} keys, {size_text(result.file_size)} "
+                   f"({published.manifest.piece_size // 1024} KiB pieces); built in {result.build_s:.1f} s, "
+                   f"written, uploaded and announced in {result.publish_s:.1f} s")
+        state.current = result
+        state.phase = "distributing"
+
+        def polled(views: Sequence[AgentView]) -> None:
+            state.views = views
+            state.origin_bytes = fleet.origin_bytes()
+            result.origin_bytes = state.origin_bytes - origin_before
+            result.peer_bytes = sum(v.bytes_from_peers for v in views) - peers_before
+            for agent in views:
+                if agent.name not in result.swaps and agent.version is not None \
+                        and agent.version >= result.version:
+                    at = agent.swapped_at(result.version) or time.time()
+                    result.swaps[agent.name] = at - result.announced_at
+                    view.event(f"  {agent.name} swapped to v{result.version} "
+                               f"{result.swaps[agent.name]:.2f} s after the publish (so far from peers "
+                               f"{size_text(agent.bytes_from_peers)}, from origin "
+                               f"{size_text(agent.bytes_from_origin)})")
+            self._refresh_client(state)
+            view.update(state)
+
         try:
-            last = reports.get_nowait()
-        except queue.Empty:
-            break
-    if last is None:
-        raise RuntimeError("the lookup client never reported")
-    return last
+            swapped = fleet.wait_for_version(result.version, limit_s=self.args.timeout, interval_s=POLL_S,
+                                             on_poll=polled)
+            result.swaps.update({name: at - result.announced_at for name, at in swapped.items()})
+            state.phase = "every agent swapped"
+        except FleetError as exc:
+            result.error = _first_line(exc)
+            state.phase = f"failed: {result.error}"
+        view.update(state)
+        return result
+
+    def _watch_client(self, fleet: LocalFleet, state: DemoState, view: View, version: int) -> None:
+        """Follow the agents and the client for ``--pause`` seconds, and at least until the
+        client answers from ``version`` (at most 30 s)."""
+        started = time.monotonic()
+        state.phase = "every agent swapped; watching the lookup client"
+        while True:
+            state.views = fleet.views()
+            state.origin_bytes = fleet.origin_bytes()
+            report = self._refresh_client(state)
+            view.update(state)
+            elapsed = time.monotonic() - started
+            caught_up = report is not None and report.version is not None and report.version >= version
+            if (caught_up and elapsed >= self.args.pause) or elapsed > 30.0:
+                return
+            time.sleep(POLL_S)
+
+    def _refresh_client(self, state: DemoState) -> Any:
+        if self.client is not None:
+            state.client = self.client.poll()
+            self.client.check_alive()
+        return state.client
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def _finish(self, report: Any, error: str | None, root: Path) -> int:
+        from .demo_view import failures, summary_lines
+
+        if error is not None and not self.rounds:  # nothing ran: the error alone
+            if root.exists():
+                self.say(f"files kept for inspection (agent logs: {root}/agentN/agent.log)")
+            print(f"bloomswarm demo: error: {error}", file=sys.stderr)
+            return 1
+        for line in summary_lines(self.rounds, report, self.args.agents, "agent0"):
+            self.say(line)
+        problems = failures(self.rounds, self.args.rounds, report)
+        if error is not None:
+            problems.insert(0, error)
+        if problems:
+            self.say(f"  result: FAILED: {'; '.join(problems)}")
+            if root.exists():
+                self.say(f"  files kept for inspection (agent logs: {root}/agentN/agent.log)")
+            print(f"bloomswarm demo: error: {problems[0]}", file=sys.stderr)
+            return 1
+        self.say("  result: OK")
+        return 0

@@ -1,19 +1,319 @@
-"""The README's run command: `bloomswarm demo` completes and reports a clean swap."""
+"""`bloomswarm demo`'s parts: generated keys, the lookup client process, the views, the
+summary and exit verdict, the command line. The whole demo (S3, tracker, agents) runs in
+tests/functional/test_demo.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import io
+import os
+import signal
+import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from bloomswarm import demo, demo_data
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from bloomswarm.common.reader import Filter
+from bloomswarm.demo_client import ClientReport, LookupClient
+from bloomswarm.demo_data import KeyPlan, build_version
+from bloomswarm.demo_view import (
+    DemoState,
+    LiveView,
+    PlainView,
+    RoundResult,
+    failures,
+    render,
+    size_text,
+    summary_lines,
+)
+from bloomswarm.main import main
+from bloomswarm.sandbox.fleet import AgentView
+
+# -- generated keys ------------------------------------------------------------------------
 
 
-def test_demo_runs_and_reports_no_errors(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "bloomswarm", "demo", "--keys", "20000", "--rounds", "3",
-         "--dir", str(tmp_path / "data")],
-        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 versions" in result.stdout
-    assert "0 errors, 0 false negatives -> OK" in result.stdout
-    assert (tmp_path / "data" / "current").resolve().name == "v3"
+def test_each_version_shifts_by_the_churn_and_common_keys_are_in_every_version() -> None:
+    plan = KeyPlan(10_000, 3)
+    assert plan.churn == 100
+    assert [plan.version_range(v) for v in (1, 2, 3)] == [(0, 10_000), (100, 10_100), (200, 10_200)]
+    start, stop = plan.common_range()
+    for version in (1, 2, 3):
+        low, high = plan.version_range(version)
+        assert low <= start and stop <= high
+    sample = plan.common_sample(500)
+    assert len(sample) == 500 and sample.dtype == np.uint64
+    assert int(sample.min()) >= start and int(sample.max()) < stop
+    assert int(KeyPlan.absent_sample(10).min()) >= plan.version_range(3)[1]
+
+
+def test_many_rounds_keep_at_least_half_the_keys_common() -> None:
+    plan = KeyPlan(1000, 400)
+    start, stop = plan.common_range()
+    assert plan.churn >= 1 and stop - start >= 1000 // 2 - plan.churn
+
+
+def test_a_plan_needs_keys_and_rounds() -> None:
+    with pytest.raises(ValueError):
+        KeyPlan(1, 1)
+    with pytest.raises(ValueError):
+        KeyPlan(100, 0)
+
+
+def test_build_version_holds_exactly_its_keys_and_reports_progress(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(demo_data, "BUILD_CHUNK", 1000)
+    plan = KeyPlan(2500, 2)
+    done: list[int] = []
+    builder = build_version(plan, 2, 0.001, on_progress=done.append)
+    assert done == [1000, 2000, 2500]
+    assert builder.key_count == 2500
+    builder.write(tmp_path / "f.bsf", version=2)
+    with Filter.open(tmp_path / "f.bsf") as bloom:
+        low, high = plan.version_range(2)
+        assert bloom.contains_many(np.arange(low, high, dtype=np.uint64)).all()
+        absent = bloom.contains_many(KeyPlan.absent_sample(10_000))
+        assert absent.sum() < 100  # 0.1% target: about 10 expected
+
+
+# -- the lookup client ---------------------------------------------------------------------
+
+
+def _install(directory: Path, version: int, builder: FilterBuilder) -> None:
+    target = version_dir(directory, version)
+    target.mkdir(parents=True, exist_ok=True)
+    builder.write(target / FILTER_FILE, version=version)
+    flip_current(directory, version)
+
+
+def _wait_report(client: LookupClient, done: Any, limit_s: float = 60.0) -> ClientReport:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        client.check_alive()
+        report = client.poll()
+        if report is not None and done(report):
+            return report
+        time.sleep(0.05)
+    raise AssertionError(f"the client never reported as expected; last: {client.latest}")
+
+
+def test_lookup_client_follows_swaps_with_no_error_and_no_false_negative(tmp_path: Path) -> None:
+    plan = KeyPlan(20_000, 2)
+    client = LookupClient(tmp_path, plan).start()
+    try:
+        waiting = _wait_report(client, lambda r: True)
+        assert waiting.version is None and waiting.lookups == 0  # nothing installed: it waits
+        _install(tmp_path, 1, build_version(plan, 1, 0.01))
+        _wait_report(client, lambda r: r.version == 1 and r.lookups > 0)
+        _install(tmp_path, 2, build_version(plan, 2, 0.01))
+        _wait_report(client, lambda r: r.version == 2)
+    finally:
+        final = client.stop()
+    assert final is not None and final.final
+    assert final.versions == (1, 2) and final.swaps == 2
+    assert final.errors == 0 and final.false_negatives == 0
+    assert final.lookups > 0 and final.mean_rate > 0 and final.absent_lookups > 0
+    assert 0 < final.false_positive_rate < 0.05
+    assert client.pid is None
+
+
+def test_lookup_client_counts_false_negatives(tmp_path: Path) -> None:
+    plan = KeyPlan(20_000, 2)
+    client = LookupClient(tmp_path, plan).start()
+    try:
+        _install(tmp_path, 1, build_version(plan, 1, 0.01))
+        _wait_report(client, lambda r: r.version == 1)
+        _install(tmp_path, 2, FilterBuilder.for_capacity(plan.keys, 0.01))  # holds no key
+        report = _wait_report(client, lambda r: r.version == 2 and r.false_negatives > 0)
+    finally:
+        client.stop()
+    assert report.errors == 0
+
+
+def test_client_process_ignores_ctrl_c(tmp_path: Path) -> None:
+    client = LookupClient(tmp_path, KeyPlan(5000, 1)).start()
+    try:
+        _wait_report(client, lambda r: True)
+        assert client.pid is not None
+        os.kill(client.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches every process of the group
+        time.sleep(0.5)
+        client.check_alive()
+    finally:
+        final = client.stop()
+    assert final is not None and final.final
+
+
+# -- views and summary ---------------------------------------------------------------------
+
+
+def _view(name: str, version: int | None, *, download: dict[str, Any] | None = None,
+          peers: float = 0.0, origin: float = 0.0) -> AgentView:
+    metrics = {"bloomswarm_agent_peers": 3.0, "bloomswarm_agent_bytes_from_peers_total": peers,
+               "bloomswarm_agent_bytes_from_origin_total": origin}
+    status = {"current_version": version, "download": download, "metrics": metrics,
+              "last_swap": {"version": version, "at": 100.0} if version else None}
+    return AgentView(name, status, True)
+
+
+def _round(**changes: Any) -> RoundResult:
+    values: dict[str, Any] = dict(round=2, version=2, agents=2, file_size=1000, build_s=0.1, publish_s=0.2,
+                                  announced_at=99.0, swaps={"agent0": 1.0, "agent1": 1.5}, origin_bytes=1200,
+                                  peer_bytes=800.0)
+    values.update(changes)
+    return RoundResult(**values)
+
+
+def _report(**changes: Any) -> ClientReport:
+    values: dict[str, Any] = dict(pid=1, version=2, lookups=1_000_000, rate=2e7, mean_rate=1.5e7, errors=0,
+                                  false_negatives=0, absent_lookups=1000, false_positives=10, swaps=2,
+                                  versions=(1, 2))
+    values.update(changes)
+    return ClientReport(**values)
+
+
+def test_round_result_times_and_origin_copies() -> None:
+    result = _round()
+    assert result.converged and result.first_swap_s == 1.0 and result.last_swap_s == 1.5
+    assert result.origin_copies == pytest.approx(1.2)
+    assert not _round(swaps={"agent0": 1.0}).converged
+    assert not _round(error="timeout").converged
+
+
+def test_summary_shows_each_round_and_the_client() -> None:
+    text = "\n".join(summary_lines([_round(round=1, version=1), _round()], _report(), 2, "agent0"))
+    assert "1.50 s" in text and "1.20x" in text and "all agents" in text
+    assert "15.0M/s on average" in text and "v1 -> v2" in text
+    assert "0 errors, 0 false negatives" in text and "false positives 1.00%" in text
+
+
+@pytest.mark.parametrize(("rounds", "report", "reason"), [
+    ([_round(swaps={"agent0": 1.0})], _report(), "did not reach every agent"),
+    ([_round()], _report(errors=3, last_error="boom"), "3 errors"),
+    ([_round()], _report(false_negatives=1), "1 false negatives"),
+    ([_round()], _report(versions=(1,)), "did not reach v2"),
+    ([_round()], None, "never reported"),
+    ([], _report(), "only 0 of 1 rounds ran"),
+])
+def test_failures_name_what_went_wrong(rounds: list[RoundResult], report: ClientReport | None,
+                                       reason: str) -> None:
+    problems = failures(rounds, 1, report)
+    assert any(reason in p for p in problems), problems
+
+
+def test_a_clean_run_has_no_failure() -> None:
+    assert failures([_round()], 1, _report()) == []
+
+
+def test_live_table_shows_each_agent() -> None:
+    state = DemoState(agents=2, rounds=2, client_agent="agent0", phase="distributing",
+                      current=_round(swaps={"agent0": 1.25}), client=_report(version=1),
+                      views=[_view("agent0", 2, peers=3 * 2**20, origin=2**20),
+                             _view("agent1", 1, download={"version": 2, "state": "downloading",
+                                                          "progress": 0.5})])
+    console = Console(file=io.StringIO(), width=160, record=True)
+    console.print(render(state, now=101.0))
+    text = console.export_text()
+    assert "round 2/2: v2 - distributing - published 2.0 s ago, 1/2 agents swapped" in text
+    agent0 = next(line for line in text.splitlines() if line.startswith("agent0"))
+    assert agent0.split()[:4] == ["agent0", "v2", "serving", "100%"]
+    assert "3.0 MiB" in agent0 and "1.0 MiB" in agent0 and "1.25 s" in agent0
+    agent1 = next(line for line in text.splitlines() if line.startswith("agent1"))
+    assert agent1.split()[:4] == ["agent1", "v1", "downloading", "50%"]
+    assert "origin (S3 through the counting proxy)" in text and "1.20 x the file" in text
+    assert "lookup client (pid 1, agent0's data dir): v1, 20.0M/s" in text
+
+
+def test_live_view_prints_events_above_the_table() -> None:
+    console = Console(file=io.StringIO(), width=160, force_terminal=True, record=True)
+    with LiveView(console) as view:
+        view.event("agent3 swapped to v2")
+        view.update(DemoState(agents=1, rounds=1, client_agent="agent0", views=[_view("agent0", 1)]))
+    text = console.export_text()
+    assert "agent3 swapped to v2" in text and "agent0" in text
+
+
+def test_plain_view_prints_events_and_periodic_progress_lines() -> None:
+    out = io.StringIO()
+    view = PlainView(out, interval_s=0.0)
+    view.event("v2 published")
+    state = DemoState(agents=2, rounds=2, client_agent="agent0", current=_round(swaps={}),
+                      views=[_view("agent0", 1, download={"version": 2, "progress": 0.25})])
+    view.update(state)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "v2 published"
+    assert "0/2 agents swapped" in lines[1] and "downloading 25% on average" in lines[1]
+    quiet = PlainView(io.StringIO(), interval_s=3600.0)
+    quiet.update(state)
+    quiet.update(state)  # the second one falls inside the interval
+    assert len(quiet.out.getvalue().splitlines()) == 1
+
+
+def test_size_text() -> None:
+    assert [size_text(n) for n in (0, 1023, 2048, 6_184_960, 3 * 2**30)] == [
+        "0 B", "1023 B", "2 KiB", "5.9 MiB", "3.0 GiB"]
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--agents", "0"], "argument --agents: must be at least 1, got 0"),
+    (["--agents", "1000"], "argument --agents: must be at most 100"),
+    (["--keys", "10"], "argument --keys: must be at least 1,000"),
+    (["--keys", "lots"], "argument --keys: not an integer"),
+    (["--rounds", "0"], "argument --rounds: must be at least 1"),
+    (["--fpp", "1.5"], "argument --fpp: must be between 0 and 1"),
+    (["--discovery", "carrier-pigeon"], "argument --discovery: invalid choice"),
+    (["--timeout", "0"], "argument --timeout: must be more than 0 seconds"),
+    (["--pause", "-1"], "argument --pause: must be a number of seconds >= 0"),
+    (["--origin-grace", "nan"], "argument --origin-grace: must be a number of seconds >= 0"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_bad_flags_are_one_line_usage_errors(argv: list[str], message: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for flag in ("--agents", "--keys", "--rounds", "--fpp", "--discovery", "--dir", "--plain"):
+        assert flag in out
+
+
+def test_without_moto_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    real = demo.importlib.util.find_spec
+    monkeypatch.setattr(demo.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "moto" else real(name, *a))
+    assert main(["demo"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "pip install 'bloomswarm[demo]'" in captured.err
+
+
+def test_tracker_discovery_without_opentracker_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(demo.shutil, "which", lambda name: None)
+    assert main(["demo", "--discovery", "tracker"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "opentracker is not on PATH" in err and "--discovery dht" in err
+
+
+def test_sigterm_becomes_an_interrupt_and_cleanup_ignores_both_signals() -> None:
+    with pytest.raises(KeyboardInterrupt), demo._sigterm_interrupts():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with demo._shielded():
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -1,0 +1,273 @@
+"""What the demo shows: a live table on a terminal, plain progress lines otherwise, and
+the final summary.
+
+:class:`DemoState` is what the demo knows at one moment (agents' /status, the round in
+progress, the origin's counter, the lookup client's last report). A view is told about
+events (printed as lines, above the table on a terminal) and state updates (redrawn on a
+terminal, summarised every few seconds otherwise).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Protocol, TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from bloomswarm.sandbox.fleet import AgentView
+
+from .demo_client import ClientReport
+
+PLAIN_INTERVAL_S = 2.0
+"""Seconds between two plain progress lines."""
+
+
+def size_text(count: float) -> str:
+    """Bytes in binary units: ``0 B``, ``512 KiB``, ``5.9 MiB``."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def rate_text(rate: float) -> str:
+    """Lookups per second: ``950K/s``, ``24.1M/s``."""
+    return f"{rate / 1e6:.1f}M/s" if rate >= 1e6 else f"{rate / 1e3:.0f}K/s"
+
+
+@dataclass
+class RoundResult:
+    """One published version and how it reached the fleet."""
+
+    round: int
+    version: int
+    agents: int
+    file_size: int
+    build_s: float
+    publish_s: float
+    """Writing the file, making the torrent, uploading to S3, signing, moving latest.json."""
+    announced_at: float
+    """Wall clock just before latest.json moved to this version."""
+    swaps: dict[str, float] = field(default_factory=dict)
+    """Agent name -> seconds from the announcement to its swap."""
+    origin_bytes: int = 0
+    """Filter bytes the origin sent during this round."""
+    peer_bytes: float = 0.0
+    """Bytes the agents received from each other during this round."""
+    error: str | None = None
+
+    @property
+    def converged(self) -> bool:
+        return self.error is None and len(self.swaps) == self.agents
+
+    @property
+    def last_swap_s(self) -> float | None:
+        return max(self.swaps.values()) if self.swaps else None
+
+    @property
+    def first_swap_s(self) -> float | None:
+        return min(self.swaps.values()) if self.swaps else None
+
+    @property
+    def origin_copies(self) -> float:
+        """Origin bytes as a multiple of the file size."""
+        return self.origin_bytes / self.file_size if self.file_size else 0.0
+
+
+@dataclass
+class DemoState:
+    """Everything a view draws."""
+
+    agents: int
+    rounds: int
+    client_agent: str
+    phase: str = "starting"
+    views: Sequence[AgentView] = ()
+    current: RoundResult | None = None
+    origin_bytes: int = 0
+    """Filter bytes the origin sent since the fleet started."""
+    client: ClientReport | None = None
+
+
+class View(Protocol):
+    def event(self, text: str) -> None: ...
+    def update(self, state: DemoState) -> None: ...
+    def __enter__(self) -> View: ...
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+def _agent_cells(view: AgentView, state: DemoState) -> list[str]:
+    target = state.current.version if state.current is not None else None
+    status = view.status or {}
+    download = status.get("download") or {}
+    version = view.version
+    if not view.alive:
+        state_text, progress = "exited", ""
+    elif view.status is None:
+        state_text, progress = "starting", ""
+    elif target is not None and version is not None and version >= target:
+        state_text, progress = "serving", "100%"
+    elif download and download.get("version") == target:
+        state_text = str(download.get("state") or "downloading")
+        progress = f"{100 * float(download.get('progress') or 0.0):.0f}%"
+    else:
+        state_text, progress = "polling", "0%" if target is not None else ""
+    swap = ""
+    if state.current is not None and view.name in state.current.swaps:
+        swap = f"{state.current.swaps[view.name]:.2f} s"
+    return [view.name, "-" if version is None else f"v{version}", state_text, progress, str(view.peers),
+            size_text(view.bytes_from_peers), size_text(view.bytes_from_origin), swap]
+
+
+def client_line(report: ClientReport | None, agent: str) -> str:
+    """One line about the lookup client."""
+    if report is None:
+        return f"lookup client ({agent}'s data dir): starting"
+    if report.version is None:
+        return f"lookup client (pid {report.pid}, {agent}'s data dir): waiting for the first version"
+    return (f"lookup client (pid {report.pid}, {agent}'s data dir): v{report.version}, "
+            f"{rate_text(report.rate)}, {report.lookups:,} lookups, {report.swaps} versions seen, "
+            f"{report.errors} errors, {report.false_negatives} false negatives, "
+            f"false positives {100 * report.false_positive_rate:.2f}%")
+
+
+def origin_line(state: DemoState) -> str:
+    line = f"origin (S3 through the counting proxy): {size_text(state.origin_bytes)} sent in all"
+    if state.current is not None:
+        line += (f"; this round {size_text(state.current.origin_bytes)} = "
+                 f"{state.current.origin_copies:.2f} x the file ({size_text(state.current.file_size)})")
+    return line
+
+
+def header_line(state: DemoState, now: float) -> str:
+    current = state.current
+    if current is None:
+        return state.phase
+    line = f"round {current.round}/{state.rounds}: v{current.version} - {state.phase}"
+    if current.announced_at:
+        line += (f" - published {now - current.announced_at:.1f} s ago, "
+                 f"{len(current.swaps)}/{state.agents} agents swapped")
+    return line
+
+
+def render(state: DemoState, now: float | None = None) -> Group:
+    """The live table with its header and footer lines."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for name, justify in (("agent", "left"), ("version", "left"), ("state", "left"), ("progress", "right"),
+                          ("peers", "right"), ("from peers", "right"), ("from origin", "right"),
+                          ("swapped after", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for view in state.views:
+        table.add_row(*_agent_cells(view, state))
+    return Group(Text(header_line(state, time.time() if now is None else now), style="bold"), table,
+                 Text(origin_line(state)), Text(client_line(state.client, state.client_agent)))
+
+
+class LiveView:
+    """The terminal view: a table redrawn in place; events print above it."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console()
+        self._live = Live(Text(""), console=self.console, auto_refresh=False, transient=False,
+                          redirect_stdout=True, redirect_stderr=True)
+
+    def __enter__(self) -> LiveView:
+        self._live.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._live.stop()
+
+    def event(self, text: str) -> None:
+        self.console.print(text, highlight=False, markup=False)
+
+    def update(self, state: DemoState) -> None:
+        self._live.update(render(state), refresh=True)
+
+
+class PlainView:
+    """The view for logs and CI: events as lines, and a progress line every few seconds
+    while a round is in progress."""
+
+    def __init__(self, out: TextIO | None = None, interval_s: float = PLAIN_INTERVAL_S) -> None:
+        self.out = out or sys.stdout
+        self.interval_s = interval_s
+        self._last = 0.0
+
+    def __enter__(self) -> PlainView:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def event(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def update(self, state: DemoState) -> None:
+        now = time.monotonic()
+        current = state.current
+        if current is None or not current.announced_at or now - self._last < self.interval_s:
+            return
+        self._last = now
+        downloading = [v for v in state.views if v.version is None or v.version < current.version]
+        progress = [v.progress for v in downloading if (v.status or {}).get("download")]
+        average = f", downloading {100 * sum(progress) / len(progress):.0f}% on average" if progress else ""
+        self.event(f"  {header_line(state, time.time())}{average}; origin {current.origin_copies:.2f} x the "
+                   f"file; {client_line(state.client, state.client_agent)}")
+
+
+def summary_lines(rounds: Sequence[RoundResult], client: ClientReport | None, agents: int,
+                  client_agent: str) -> list[str]:
+    """The summary printed at the end (also after a failure)."""
+    lines = ["", "summary", f"  {'round':<6}{'version':<9}{'file':>10}{'first swap':>12}{'last swap':>11}"
+             f"{'origin':>12}{'origin/file':>13}{'from peers':>12}  result"]
+    for result in rounds:
+        first = f"{result.first_swap_s:.2f} s" if result.first_swap_s is not None else "-"
+        last = f"{result.last_swap_s:.2f} s" if result.last_swap_s is not None else "-"
+        outcome = "all agents" if result.converged else (
+            f"{len(result.swaps)}/{agents} agents: {result.error or 'did not converge'}")
+        lines.append(f"  {result.round:<6}{'v' + str(result.version):<9}{size_text(result.file_size):>10}"
+                     f"{first:>12}{last:>11}{size_text(result.origin_bytes):>12}"
+                     f"{result.origin_copies:>12.2f}x{size_text(result.peer_bytes):>12}  {outcome}")
+    lines.append("  (swap times are seconds from the publish, i.e. latest.json moving, to each agent's "
+                 "swap; origin = filter bytes the S3 origin sent)")
+    if client is None:
+        lines.append("  lookup client: no report")
+    else:
+        lines.append(f"  lookup client ({client_agent}'s data dir, {client.lookups:,} lookups in batches): "
+                     f"{rate_text(client.mean_rate)} on average, versions "
+                     f"{' -> '.join(f'v{v}' for v in client.versions) or 'none'}, {client.errors} errors, "
+                     f"{client.false_negatives} false negatives, false positives "
+                     f"{100 * client.false_positive_rate:.2f}% of {client.absent_lookups:,} absent keys")
+        if client.last_error:
+            lines.append(f"  last lookup error: {client.last_error}")
+    return lines
+
+
+def failures(rounds: Sequence[RoundResult], expected_rounds: int, client: ClientReport | None) -> list[str]:
+    """Why the run failed (empty when it succeeded)."""
+    problems = [f"round {r.round} (v{r.version}) did not reach every agent"
+                for r in rounds if not r.converged]
+    if len(rounds) < expected_rounds and not problems:
+        problems.append(f"only {len(rounds)} of {expected_rounds} rounds ran")
+    if client is None:
+        problems.append("the lookup client never reported")
+    else:
+        if client.errors:
+            problems.append(f"the lookup client saw {client.errors} errors")
+        if client.false_negatives:
+            problems.append(f"the lookup client saw {client.false_negatives} false negatives")
+        if rounds and client.versions[-1:] != (rounds[-1].version,) and rounds[-1].converged:
+            problems.append(f"the lookup client did not reach v{rounds[-1].version}")
+    return problems
