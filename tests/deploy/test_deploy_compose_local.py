@@ -1,0 +1,116 @@
+"""Functional: deploy/docker-compose.yml run on loopback as real processes (no Docker engine).
+
+moto's S3 server stands in for MinIO (no MinIO server is installable from PyPI or Debian);
+everything else runs the compose services' own commands, environment and config files:
+keygen, the sample data, opentracker started by the tracker service's shell script (it
+records its PID), tracker-sync finding that PID in the file and sending SIGHUP, one
+publish, three agents that fetch the version from each other and the origin, and the
+app reading agent-1's directory through LiveFilter. See tests/deploy/compose_local.py
+for what is mapped and why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+
+from bloomswarm.common.datadir import current_version
+from bloomswarm.sandbox.processes import free_port
+from bloomswarm.sandbox.s3server import MotoServer
+from tests.deploy.compose_local import LocalCompose
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("opentracker") is None,
+    reason="opentracker is not installed (scripts/test.sh installs it with apt-get as root)",
+)
+
+AGENTS = ("agent-1", "agent-2", "agent-3")
+
+
+@pytest.fixture
+def local() -> Iterator[LocalCompose]:
+    with MotoServer() as s3:
+        fleet = LocalCompose(s3.endpoint)
+        try:
+            yield fleet
+        finally:
+            fleet.stop()
+
+
+def _announce_accepted(port: int, info_hash_hex: str) -> bool:
+    query = urllib.parse.urlencode({
+        "info_hash": bytes.fromhex(info_hash_hex), "peer_id": b"-BS0001-" + b"d" * 12,
+        "port": 6881, "uploaded": 0, "downloaded": 0, "left": 0, "compact": 1,
+    })
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/announce?{query}", timeout=5) as reply:
+        return b"failure reason" not in reply.read()
+
+
+def _status(port: int) -> dict[str, object]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as reply:
+        data = json.loads(reply.read())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.slow
+def test_compose_services_publish_distribute_and_serve_one_version(local: LocalCompose) -> None:
+    # minio-init: the bucket its script creates
+    script = local.services["minio-init"]["command"][0]
+    (bucket,) = re.findall(r"mc mb --ignore-existing local/([a-z0-9.-]+)", script)
+    boto3.client("s3", endpoint_url=local.hosts["http://minio:9000"], region_name="us-east-1",
+                 aws_access_key_id="x", aws_secret_access_key="x").create_bucket(Bucket=bucket)
+
+    for service in ("keygen", "sample-data"):
+        result = local.run(service)
+        assert result.returncode == 0, f"{service}: {result.stderr}"
+    assert (local.volume("trust") / "publisher.pub").is_file()
+    assert (local.volume("publisher-input") / "keys.txt").stat().st_size > 0
+
+    tracker = local.start_tracker()
+    pid_file = local.volume("tracker-state") / "opentracker.pid"
+    local.wait(lambda: pid_file.is_file() and pid_file.read_text().strip() == str(tracker.pid), 10,
+               "the tracker's PID file", ("tracker",))
+    local.start("tracker-sync")
+
+    published = local.run("publisher")
+    assert published.returncode == 0, published.stderr
+    assert "published v1" in published.stdout, published.stdout
+
+    # tracker-sync: whitelist from the bucket, SIGHUP through the PID file
+    whitelist = local.volume("tracker-state") / "whitelist.txt"
+    local.wait(lambda: whitelist.is_file() and whitelist.read_text().strip() != "", 30,
+               "tracker-sync to write the whitelist", ("tracker", "tracker-sync"))
+    hashes = whitelist.read_text().split()
+    local.wait(lambda: all(_announce_accepted(local.tracker_port, h) for h in hashes), 30,
+               "the tracker to accept the whitelisted version", ("tracker", "tracker-sync"))
+    assert "sent SIGHUP to" in local.log("tracker-sync")
+
+    status_ports = {}
+    for name in AGENTS:
+        status_ports[name] = free_port()
+        local.start(name, extra_env={
+            "BLOOMSWARM_AGENT_STATUS_HOST": "127.0.0.1",
+            "BLOOMSWARM_AGENT_STATUS_PORT": str(status_ports[name]),
+            "BLOOMSWARM_AGENT_SWARM_LISTEN_INTERFACES": f"127.0.0.1:{local.agent_ports[name]}",
+            "BLOOMSWARM_AGENT_SWARM_DHT_RESTRICT_IPS": "false",
+        })
+    data_dirs = {name: local.volume(f"{name}-data") for name in AGENTS}
+    local.wait(lambda: all(current_version(d) == 1 for d in data_dirs.values()), 120,
+               "every agent to install v1", ("tracker", "tracker-sync", *AGENTS))
+    for name in AGENTS:
+        status = _status(status_ports[name])
+        assert status["ready"] is True and status["current_version"] == 1, status
+
+    app = local.run("app", "--count", "1", timeout_s=120)
+    assert app.returncode == 0, app.stderr
+    assert app.stdout.startswith("version=1 user:1=True user:0=False lookups_per_s="), app.stdout
+    assert Path(local.volume("agent-1-data") / "current").is_symlink()
