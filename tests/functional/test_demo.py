@@ -50,7 +50,8 @@ def _check_run(result: subprocess.CompletedProcess[str], rounds: int, agents: in
     assert "Traceback" not in result.stderr, result.stderr
     for version in range(1, rounds + 1):
         for agent in range(agents):
-            assert re.search(rf"^  agent{agent} swapped to v{version} [0-9.]+ s after the publish", out, re.M), out
+            swapped = rf"^  agent{agent} swapped to v{version} [0-9.]+ s after the publish"
+            assert re.search(swapped, out, re.M), out
         assert f"round {version}: all {agents} agents on v{version}" in out
         assert re.search(rf"^  {version} +v{version} .* all agents$", out, re.M), out
     assert "\nsummary\n" in out
@@ -113,12 +114,12 @@ class _Lines:
 
 def test_ctrl_c_stops_every_process_and_a_second_run_works(tmp_path: Path) -> None:
     tmp = tmp_path / "first"
-    process = subprocess.Popen(_demo_command("--rounds", "50"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=_env(tmp))
+    process = subprocess.Popen(_demo_command("--rounds", "50"), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp))
     children: list[psutil.Process] = []
     try:
         lines = _Lines(process)
-        lines.wait_for("swapped to v1", limit_s=120)  # agents, tracker, S3 and the client all run
+        lines.wait_for("lookup client started", limit_s=120)  # agents, tracker, S3 and the client run
         children = psutil.Process(process.pid).children(recursive=True)
         commands = [" ".join(c.cmdline()) for c in children]
         assert sum("bloomswarm agent run" in c for c in commands) == 3, commands
@@ -148,9 +149,9 @@ def test_ctrl_c_stops_every_process_and_a_second_run_works(tmp_path: Path) -> No
                 with contextlib.suppress(psutil.NoSuchProcess):
                     child.kill()
     second = tmp_path / "second"
-    result = subprocess.run(_demo_command("--rounds", "1"), capture_output=True, text=True, timeout=200,
-                            stdin=subprocess.DEVNULL, env=_env(second), check=False)
-    _check_run(result, rounds=1)
+    result = subprocess.run([*_demo_command("--rounds", "1"), "--agents", "2"], capture_output=True,
+                            text=True, timeout=200, stdin=subprocess.DEVNULL, env=_env(second), check=False)
+    _check_run(result, rounds=1, agents=2)
     assert _leftovers(second) == []
 
 
