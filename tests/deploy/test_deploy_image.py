@@ -39,8 +39,8 @@ def test_the_image_copies_every_package_folder_and_build_file() -> None:
 
 
 def _ignored(path: str, patterns: list[str]) -> bool:
-    ignored = False
     """Whether the build context leaves ``path`` out (the last matching pattern decides)."""
+    ignored = False
     for line in patterns:
         negate = line.startswith("!")
         pattern = line.lstrip("!").rstrip("/")
