@@ -158,6 +158,6 @@ def test_ctrl_c_stops_every_process_and_a_second_run_works(tmp_path: Path) -> No
 def _running(process: psutil.Process) -> bool:
     """Still there and not merely a zombie waiting for its (new) parent to reap it."""
     try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False

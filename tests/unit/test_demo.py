@@ -4,8 +4,10 @@ tests/functional/test_demo.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -246,10 +248,11 @@ def test_plain_view_prints_events_and_periodic_progress_lines() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "v2 published"
     assert "0/2 agents swapped" in lines[1] and "downloading 25% on average" in lines[1]
-    quiet = PlainView(io.StringIO(), interval_s=3600.0)
+    quiet_out = io.StringIO()
+    quiet = PlainView(quiet_out, interval_s=3600.0)
     quiet.update(state)
     quiet.update(state)  # the second one falls inside the interval
-    assert len(quiet.out.getvalue().splitlines()) == 1
+    assert len(quiet_out.getvalue().splitlines()) == 1
 
 
 def test_size_text() -> None:
@@ -291,8 +294,8 @@ def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_without_moto_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    real = demo.importlib.util.find_spec
-    monkeypatch.setattr(demo.importlib.util, "find_spec",
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "moto" else real(name, *a))
     assert main(["demo"]) == 1
     captured = capsys.readouterr()
@@ -302,7 +305,7 @@ def test_without_moto_it_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch,
 
 def test_tracker_discovery_without_opentracker_is_one_line(monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(demo.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     assert main(["demo", "--discovery", "tracker"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "opentracker is not on PATH" in err and "--discovery dht" in err
