@@ -124,3 +124,15 @@ def test_the_deploy_example_loads_and_names_every_setting() -> None:
     text = example.read_text()
     for name in SETTINGS:
         assert f"{name.rsplit('.', 1)[-1]} = " in text, f"deploy/publisher.toml lacks {name}"
+
+
+def test_torrent_format_is_v1_by_default_and_takes_hybrid(tmp_path: Path) -> None:
+    path = tmp_path / "publisher.toml"
+    path.write_text('[s3]\nbucket = "filters"\n')
+    assert load_config(path, environ={}).torrent_format == "v1"
+    env = {"BLOOMSWARM_TORRENT_FORMAT": "hybrid"}
+    assert load_config(path, environ=env).torrent_format == "hybrid"
+    assert load_config(path, environ=env, overrides={"torrent_format": "v1"}).torrent_format == "v1"
+    path.write_text('torrent_format = "v2"\n[s3]\nbucket = "filters"\n')
+    with pytest.raises(ConfigError, match="torrent_format must be one of v1, hybrid"):
+        load_config(path, environ={})
