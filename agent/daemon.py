@@ -286,9 +286,22 @@ class AgentDaemon:
         if target is not None and target.version == announcement.version:
             target.announcement = announcement  # the same version, re-announced (e.g. pinned)
             return
+        if target is not None and announcement.version > target.version and not pointer.pinned:
+            self._finish_if_done(target, now)  # finished while the poll ran: install it, not drop it
+            target = self._target
         if target is not None:
             self._abandon(target, f"v{announcement.version} was announced")
         self._target = _Target(announcement, seen_at=now, backoff=self._new_backoff())
+
+    def _finish_if_done(self, target: _Target, now: float) -> None:
+        """Install ``target`` now if its transfer has finished (a poll can block the loop for
+        several seconds when the origin stalls; a download that finished meanwhile is
+        installed before a newer announcement replaces it)."""
+        if not target.started:
+            return
+        status = self.transfer.status(target.version)
+        if status is not None and status.finished and status.state != "error":
+            self._finish(target, status, now)
 
     def _abandon(self, target: _Target, why: str) -> None:
         self._remove_transfer(target.version)
