@@ -136,9 +136,9 @@ def client_line(report: ClientReport | None, agent: str) -> str:
     if report.version is None:
         return f"lookup client (pid {report.pid}, {agent}'s data dir): waiting for the first version"
     return (f"lookup client (pid {report.pid}, {agent}'s data dir): v{report.version}, "
-            f"{rate_text(report.rate)}, {report.lookups:,} lookups, {report.swaps} versions seen, "
-            f"{report.errors} errors, {report.false_negatives} false negatives, "
-            f"false positives {100 * report.false_positive_rate:.2f}%")
+            f"{rate_text(report.rate)}, {report.lookups:,} lookups, {report.errors} errors, "
+            f"{report.false_negatives} false negatives, "
+            f"{100 * report.false_positive_rate:.2f}% false positives")
 
 
 def origin_line(state: DemoState) -> str:
