@@ -20,7 +20,7 @@ import os, bloomswarm.sandbox.fleet, moto.server
 assert os.path.realpath(bloomswarm.sandbox.fleet.__file__).startswith(os.path.realpath("sandbox") + os.sep)
 EOF
     echo "run.sh: installing bloomswarm with the demo extra into $venv (pip install -e '.[demo]')"
-    "$venv/bin/python" -m pip install -q -e '.[demo]'
+    PYTHONWARNINGS=ignore "$venv/bin/python" -m pip install -q -e '.[demo]'
 fi
 
 case " $* " in
