@@ -43,6 +43,9 @@ Discovery = Literal["tracker", "dht", "auto"]
 BUCKET = "bloomswarm-sandbox"
 PREFIX = "fleet"
 PUBLISHER_ID = "sandbox-publisher"
+PORT_RETRIES = 3
+"""Times an agent whose port was taken before it could bind it is started again."""
+_PORT_TAKEN = "Address already in use"
 
 
 @dataclass(frozen=True)
@@ -287,12 +290,27 @@ class LocalFleet:
         if self.proxy is None or self.s3 is None:
             raise FleetError("the fleet is not started")
         index = len(self.agents) if index is None else index
-        agent_s3 = S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=self.proxy.endpoint,
-                            region="us-east-1")
-        agent = AgentProcess(self.root / f"agent{index}", agent_s3, self.public_key_path,
+        agent = AgentProcess(self.root / f"agent{index}", self._agent_s3(), self.public_key_path,
                              tables=self.agent_settings(index), transfer=self.spec.transfer)
         agent.start()
         self.agents.append(agent)
+        return agent
+
+    def _agent_s3(self) -> S3Config:
+        """The agents' view of the bucket: through the origin proxy."""
+        if self.proxy is None:
+            raise FleetError("the fleet is not started")
+        return S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=self.proxy.endpoint, region="us-east-1")
+
+    def _replace_agent(self, index: int) -> AgentProcess:
+        """A new process for agent ``index`` on new ports (its old one has exited)."""
+        old = self.agents[index]
+        old.stop(signal.SIGKILL, timeout=5)
+        (old.root / "agent.log").replace(old.root / f"agent.log.port-taken-{time.time_ns()}")
+        agent = AgentProcess(old.root, self._agent_s3(), self.public_key_path,
+                             tables=self.agent_settings(index), transfer=self.spec.transfer)
+        agent.start()
+        self.agents[index] = agent
         return agent
 
     def restart_agent(self, agent: AgentProcess, sig: int = signal.SIGKILL) -> None:
@@ -315,11 +333,21 @@ class LocalFleet:
         return views
 
     def wait_until_up(self, limit_s: float = 120.0) -> None:
-        """Wait until every agent answers /healthz; FleetError naming the first that does not."""
+        """Wait until every agent answers /healthz; FleetError naming the first that does not.
+
+        An agent that exits at start because one of its ports was taken meanwhile (ports
+        are picked free, then bound by the agent: another process may take one in between)
+        is started again on new ports, up to :data:`PORT_RETRIES` times."""
         deadline = time.monotonic() + limit_s
-        for agent in self.agents:
+        for index in range(len(self.agents)):
+            retries = 0
             while True:
+                agent = self.agents[index]
                 if agent.process is None or agent.process.poll() is not None:
+                    if retries < PORT_RETRIES and _PORT_TAKEN in agent.log():
+                        retries += 1
+                        self._replace_agent(index)
+                        continue
                     raise FleetError(f"{agent.root.name} exited at start:\n{agent.log()[-2000:]}")
                 try:
                     if agent.http_status("/healthz") == 200:

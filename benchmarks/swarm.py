@@ -1,0 +1,380 @@
+"""Distribution benchmark: a version's rollout to N agents over P2P against every agent
+downloading it from the origin, under the same bandwidth caps.
+
+Run from the repository root (needs opentracker; matplotlib for the plots)::
+
+    python benchmarks/swarm.py [--agents 8,16,32] [--sizes-mib 64,256,1024]
+        [--direct-sizes-mib 64] [--upload-mib 4] [--json docs/benchmarks/swarm.json]
+        [--plots docs/benchmarks] [--markdown docs/benchmarks/swarm.md] [--quick]
+
+For every fleet size N, one :class:`~bloomswarm.sandbox.fleet.LocalFleet` (moto's S3
+server behind the counting, capped origin proxy, opentracker, N ``bloomswarm agent run``
+processes on 127.0.0.1) receives one version per file size, smallest first; the time of
+a point runs from the moment just before ``latest.json`` moved to each agent's swap
+(poll, download, SHA-256 check, install). Each agent's libtorrent session is capped at
+``--upload-mib`` MiB/s up and down, for loopback peers too (peer classes); the origin's
+total egress is capped at the same rate, the acceptance case "the origin's cap equals
+one agent's cap". The baseline fleet uses the direct transfer (every agent GETs the
+whole file from the origin, paced at the same per-agent cap) for the sizes in
+``--direct-sizes-mib``: its time is N·F/U by construction, so it is measured at the
+smaller sizes only, and said so.
+
+Theoretical minimum of a P2P point: every byte leaves the origin at least once at U, and
+N copies must cross links of total upload (N+1)·U, so ``max(F/U, N·F/((N+1)·U))`` =
+F/U, plus the pipeline of the last piece (size P): it reaches its first agent and must
+then reach the other N−1, doubling its holders at best every P/U, so
+``ceil(log2 N)·P/U`` more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from benchmarks._common import Check, format_table, machine_info, section, write_json
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.params import BLOCK_BITS, FilterParams, Layout
+from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
+
+MIB = 1024 * 1024
+Mode = Literal["p2p", "direct"]
+
+LOOPBACK_SWARM: dict[str, object] = {
+    "origin_grace_s": 1.0,
+    "origin_stagger_s": 1.0,
+    "origin_starved_s": 1.0,
+    "origin_request_bytes": 1 * MIB,
+    "unchoke_slots": 4,
+}
+"""[swarm] settings of the P2P fleets (more with ``--swarm``). The origin policy's waits
+are the loopback ones (nobody has a fresh version: the grace only delays the first turn;
+peers connect within a second here). Four unchoke slots instead of 32: the agent that
+takes the origin then feeds a few peers at a quarter of its cap each rather than every
+peer at 1/N, which duplicates less of its upload (8 agents, 64 MiB: 36 s instead of
+38–40 s; 2 slots 33 s; 1 slot starved agents into the origin, 2.4 copies)."""
+
+
+@dataclass
+class Point:
+    """One (mode, N, file size) measurement."""
+
+    mode: Mode
+    agents: int
+    size_bytes: int
+    """The filter file's size (header included)."""
+    piece_size: int
+    upload_cap: int
+    origin_cap: int
+    seconds: list[float]
+    """Publish → swap, per agent, sorted."""
+    origin_bytes: int
+    """Filter bytes the origin sent for this version (counted at the proxy)."""
+    peer_bytes: list[float]
+    """Bytes each agent received from peers for this version (its own count)."""
+    agent_origin_bytes: list[float]
+    """Bytes each agent received from the origin for this version (its own count)."""
+    cpu_busy: float
+    """Fraction of the machine's CPU time busy while the point ran (all processes)."""
+    minimum_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.mode == "direct":  # every copy crosses the origin's cap
+            self.minimum_s = self.agents * self.size_bytes / (self.origin_cap or self.upload_cap)
+        else:
+            self.minimum_s = theoretical_minimum(self.size_bytes, self.agents, self.upload_cap,
+                                                 self.piece_size)
+
+    def quantile(self, q: float) -> float:
+        return float(np.percentile(self.seconds, q * 100))
+
+    @property
+    def p50(self) -> float:
+        return self.quantile(0.5)
+
+    @property
+    def p99(self) -> float:
+        return self.quantile(0.99)
+
+    @property
+    def max(self) -> float:
+        return max(self.seconds)
+
+    @property
+    def origin_copies(self) -> float:
+        return self.origin_bytes / self.size_bytes
+
+    @property
+    def peer_copies(self) -> float:
+        return sum(self.peer_bytes) / self.size_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(p50_s=self.p50, p99_s=self.p99, max_s=self.max, origin_copies=self.origin_copies,
+                    peer_copies=self.peer_copies, max_over_minimum=self.max / self.minimum_s)
+        return data
+
+
+def theoretical_minimum(size: int, agents: int, upload: int, piece: int) -> float:
+    """Seconds for ``agents`` downloaders of a ``size``-byte file to all have it, with one
+    origin and every node (origin included) uploading at most ``upload`` bytes/s; pieces
+    of ``piece`` bytes (module docstring)."""
+    bound = max(size / upload, agents * size / ((agents + 1) * upload))
+    return bound + math.ceil(math.log2(max(agents, 1))) * piece / upload if agents > 1 else bound
+
+
+def random_filter(size: int, seed: int) -> FilterBuilder:
+    """A blocked filter whose bit array is ``size`` random bytes (rounded down to whole
+    512-bit blocks): incompressible, and built in a second whatever the size."""
+    blocks = max(size * 8 // BLOCK_BITS, 1)
+    params = FilterParams(Layout.BLOCKED, blocks * BLOCK_BITS, 7, seed)
+    body = np.random.default_rng(seed).bytes(params.num_bytes)
+    return FilterBuilder(params, capacity=size, body=body, key_count=size // 2)
+
+
+class CpuMeter:
+    """The machine's busy CPU fraction between :meth:`start` and :meth:`busy` (/proc/stat)."""
+
+    def __init__(self) -> None:
+        self._start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        try:
+            with open("/proc/stat", encoding="ascii") as fh:
+                values = [int(v) for v in fh.readline().split()[1:]]
+        except OSError:
+            return 0, 0
+        idle = values[3] + (values[4] if len(values) > 4 else 0)
+        return sum(values), idle
+
+    def busy(self) -> float:
+        total, idle = self._read()
+        spent = total - self._start[0]
+        return 0.0 if spent <= 0 else 1.0 - (idle - self._start[1]) / spent
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every fleet of a run shares."""
+
+    upload_cap: int
+    download_cap: int
+    origin_cap: int
+    swarm: dict[str, object]
+    discovery: Literal["tracker", "dht", "auto"]
+    work: Path
+    seed: int = 1
+
+
+def run_fleet(setup: Setup, mode: Mode, agents: int, sizes: Sequence[int], points: list[Point]) -> None:
+    """One fleet of ``agents`` agents; one published version per size, in order; each
+    point is appended to ``points`` as soon as it is measured."""
+    spec = FleetSpec(
+        agents=agents, discovery=setup.discovery, transfer="swarm" if mode == "p2p" else "direct",
+        upload_rate_limit=setup.upload_cap, download_rate_limit=setup.download_cap,
+        origin_rate_limit=setup.origin_cap, swarm=setup.swarm if mode == "p2p" else {},
+        keep_versions=1,
+    )
+    root = setup.work / f"{mode}-{agents}"
+    started = time.monotonic()
+    with LocalFleet(root, spec) as fleet:
+        fleet.wait_until_up(limit_s=60.0 + 10.0 * agents)
+        print(f"  {mode} fleet of {agents} up in {time.monotonic() - started:.0f} s ({fleet.discovery})",
+              flush=True)
+        for index, size in enumerate(sizes):
+            builder = random_filter(size, setup.seed + index)
+            before = {v.name: (v.bytes_from_peers, v.bytes_from_origin) for v in fleet.views()}
+            origin_before = fleet.origin_bytes()
+            cpu = CpuMeter()
+            published = fleet.publish(builder)
+            del builder
+            manifest = published.manifest
+            copies = agents if mode == "direct" else 1
+            limit = 120.0 + 3.0 * copies * manifest.size / setup.origin_cap if setup.origin_cap else 600.0
+            swaps = fleet.wait_for_version(published.version, limit_s=limit)
+            busy = cpu.busy()
+            time.sleep(0.5)  # let the agents' counters catch their last bytes
+            views = fleet.views()
+            point = Point(
+                mode=mode, agents=agents, size_bytes=manifest.size, piece_size=manifest.piece_size,
+                upload_cap=setup.upload_cap, origin_cap=setup.origin_cap,
+                seconds=sorted(at - published.announced_at for at in swaps.values()),
+                origin_bytes=fleet.origin_bytes() - origin_before,
+                peer_bytes=[v.bytes_from_peers - before.get(v.name, (0.0, 0.0))[0] for v in views],
+                agent_origin_bytes=[v.bytes_from_origin - before.get(v.name, (0.0, 0.0))[1] for v in views],
+                cpu_busy=busy,
+            )
+            print(f"  {describe(point)}", flush=True)
+            points.append(point)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def describe(point: Point) -> str:
+    return (f"{point.mode:6} N={point.agents:<3} {point.size_bytes / MIB:7.0f} MiB: p50 {point.p50:7.1f} s, "
+            f"p99 {point.p99:7.1f} s, max {point.max:7.1f} s (min {point.minimum_s:6.1f} s, "
+            f"{point.max / point.minimum_s:4.2f}x), origin {point.origin_copies:5.2f}x, "
+            f"peers {point.peer_copies:5.1f}x, CPU busy {point.cpu_busy:4.0%}")
+
+
+def acceptance(p2p: Sequence[Point], direct: Sequence[Point]) -> list[Check]:
+    """The issue's targets, from this run's points (largest N measured)."""
+    checks: list[Check] = []
+    if not p2p:
+        return checks
+    top = max(p.agents for p in p2p)
+    at_top = [p for p in p2p if p.agents == top]
+    checks.append(Check(f"origin egress at N={top} (worst size)", max(p.origin_copies for p in at_top),
+                        1.2, "<=", "x", "file sizes"))
+    checks.append(Check("convergence max / theoretical minimum (worst point)",
+                        max(p.max / p.minimum_s for p in p2p), 1.5, "<="))
+    pairs = [(p, d) for d in direct for p in p2p if (p.agents, p.size_bytes) == (d.agents, d.size_bytes)]
+    if pairs:
+        p, d = max(pairs, key=lambda pd: (pd[0].agents, pd[0].size_bytes))
+        checks.append(Check(f"direct max / P2P max at N={p.agents}, {p.size_bytes / MIB:.0f} MiB",
+                            d.max / p.max, 8.0, ">=", "x", "origin cap = one agent's cap"))
+    return checks
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings as [swarm] settings (numbers parsed)."""
+    settings: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--swarm wants KEY=VALUE, got {item!r}")
+        try:
+            settings[key] = int(value)
+        except ValueError:
+            try:
+                settings[key] = float(value)
+            except ValueError:
+                settings[key] = value
+    return settings
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep, print the table and the checks; write JSON, plots, Markdown."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--agents", default="8,16,32", help="fleet sizes (comma-separated)")
+    parser.add_argument("--sizes-mib", default="64,256,1024", help="P2P file sizes, MiB")
+    parser.add_argument("--direct-sizes-mib", default="64",
+                        help="file sizes of the direct baseline, MiB (empty: no baseline)")
+    parser.add_argument("--direct-agents", default=None,
+                        help="fleet sizes of the baseline (default: --agents)")
+    parser.add_argument("--large-agents", default=None,
+                        help="fleet sizes that also get the sizes above 256 MiB (default: all)")
+    parser.add_argument("--upload-mib", type=float, default=4.0, help="per-agent upload (and download) cap")
+    parser.add_argument("--origin-mib", type=float, default=None,
+                        help="origin's total cap (default: = upload)")
+    parser.add_argument("--download-mib", type=float, default=None,
+                        help="per-agent download cap (default: = upload)")
+    parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
+    parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
+                        help="[swarm] setting of the P2P agents (beyond the benchmark's)")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--plots", type=Path, help="directory for swarm_time.png and swarm_origin.png")
+    parser.add_argument("--markdown", type=Path, help="write the results table here")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 3 agents, 8 MiB, no caps beyond 8 MiB/s, baseline included")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.agents, args.sizes_mib, args.direct_sizes_mib, args.upload_mib = "3", "8", "8", 16.0
+    upload = int(args.upload_mib * MIB)
+    setup = Setup(
+        upload_cap=upload,
+        download_cap=int((args.download_mib or args.upload_mib) * MIB),
+        origin_cap=int((args.origin_mib or args.upload_mib) * MIB),
+        swarm={**LOOPBACK_SWARM, **parse_settings(args.swarm)},
+        discovery=args.discovery,
+        work=Path(tempfile.mkdtemp(prefix="bench-swarm-")),
+    )
+    agents = _ints(args.agents)
+    sizes = [s * MIB for s in _ints(args.sizes_mib)]
+    direct_sizes = [s * MIB for s in _ints(args.direct_sizes_mib)]
+    direct_agents = _ints(args.direct_agents) if args.direct_agents else agents
+    large_agents = set(_ints(args.large_agents)) if args.large_agents else set(agents)
+    began = time.time()
+    p2p: list[Point] = []
+    direct: list[Point] = []
+    failures: list[str] = []
+    plan: list[tuple[Mode, int, list[int]]] = [
+        ("p2p", n, [s for s in sizes if s <= 256 * MIB or n in large_agents]) for n in agents
+    ]
+    plan += [("direct", n, direct_sizes) for n in direct_agents if direct_sizes]
+    try:
+        for mode, n, fleet_sizes in plan:
+            section(f"{'P2P' if mode == 'p2p' else 'direct baseline'}, {n} agents")
+            points: list[Point] = []
+            try:
+                run_fleet(setup, mode, n, fleet_sizes, points)
+            except FleetError as exc:  # keep the points measured so far, report the rest
+                failures.append(f"{mode} N={n}: {str(exc).splitlines()[0]}")
+                print(f"  FAILED: {failures[-1]}", flush=True)
+            (p2p if mode == "p2p" else direct).extend(points)
+    finally:
+        shutil.rmtree(setup.work, ignore_errors=True)
+
+    from benchmarks._swarm_report import markdown_table, plot
+
+    section("results")
+    rows = [[p.mode, str(p.agents), f"{p.size_bytes / MIB:.0f}", f"{p.p50:.1f}", f"{p.p99:.1f}",
+             f"{p.max:.1f}", f"{p.minimum_s:.1f}", f"{p.max / p.minimum_s:.2f}x", f"{p.origin_copies:.2f}x",
+             f"{p.peer_copies:.1f}x", f"{p.cpu_busy:.0%}"] for p in p2p + direct]
+    print(format_table(["mode", "N", "MiB", "p50 s", "p99 s", "max s", "min s", "max/min", "origin",
+                        "from peers", "CPU"], rows))
+    for d in direct:
+        match = [p for p in p2p if (p.agents, p.size_bytes) == (d.agents, d.size_bytes)]
+        if match:
+            print(f"N={d.agents} {d.size_bytes / MIB:.0f} MiB: direct/P2P (max) = "
+                  f"{d.max / match[0].max:.1f}x, (p50) = {d.p50 / match[0].p50:.1f}x")
+    checks = acceptance(p2p, direct)
+    section("acceptance")
+    for check in checks:
+        print(check.line())
+    for failure in failures:
+        print(f"FAILED  {failure}")
+    result = {
+        "benchmark": "swarm",
+        "machine": machine_info(),
+        "seconds": time.time() - began,
+        "settings": {"upload_cap": setup.upload_cap, "download_cap": setup.download_cap,
+                     "origin_cap": setup.origin_cap, "swarm": setup.swarm, "discovery": args.discovery,
+                     "agents": agents, "sizes": sizes, "direct_sizes": direct_sizes,
+                     "direct_agents": direct_agents, "large_agents": sorted(large_agents),
+                     "command": " ".join(["python benchmarks/swarm.py", *(argv if argv is not None
+                                                                           else sys.argv[1:])])},
+        "p2p": [p.as_dict() for p in p2p],
+        "direct": [p.as_dict() for p in direct],
+        "checks": [c.as_dict() for c in checks],
+        "failures": failures,
+    }
+    if args.json:
+        write_json(args.json, result)
+    if args.plots:
+        plot(p2p, direct, args.plots)
+    if args.markdown:
+        args.markdown.write_text(markdown_table(p2p, direct, checks), encoding="utf-8")
+    if failures:
+        return 2
+    return 0 if args.quick or all(c.passed is not False for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
