@@ -77,7 +77,10 @@ def bool_value(value: object) -> object:
 def path_value(value: object) -> object:
     if not isinstance(value, str | Path) or not str(value):
         raise TypeError("must be a path")
-    return Path(value).expanduser()
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # "~user/..." for a user without a home directory
+        raise ValueError("starts with ~ but names no known home directory") from None
 
 
 SIMPLE: Mapping[Any, Coercer] = {

@@ -18,3 +18,11 @@ def test_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path, load: ob
     path.write_bytes(b'data_dir = "/var/lib/\xa2"\n')
     with pytest.raises(ConfigError, match=r"bad.toml is not UTF-8: invalid start byte at byte 21"):
         load(path)  # type: ignore[operator]
+
+
+def test_a_path_under_an_unknown_users_home_is_a_config_error(tmp_path: Path) -> None:
+    """Path.expanduser raised RuntimeError for "~nosuchuser/..." (found by fuzzing)."""
+    environ = {"BLOOMSWARM_AGENT_DATA_DIR": "~no-such-user-here/data",
+               "BLOOMSWARM_AGENT_PUBLIC_KEYS": "/a.pub", "BLOOMSWARM_AGENT_S3_BUCKET": "filters"}
+    with pytest.raises(ConfigError, match="DATA_DIR: data_dir starts with ~ but names no known home"):
+        load_agent_config(None, environ=environ)
