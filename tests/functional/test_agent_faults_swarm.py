@@ -7,7 +7,8 @@ previous one left: every agent on a known version, nothing downloading. Faults a
 injected with the publisher's own library calls: a manifest rewritten after signing, a
 pointer signed by an untrusted key, a signed manifest whose SHA-256 is not the file's,
 a filter object corrupted in the bucket, an unpinned downgrade, the S3 server stopped
-for 30 s, and an agent with too little disk. The S3 server is this module's own (not the
+for 30 s, and an agent with too little disk; signed pins are followed back to an
+installed version and to one that must be downloaded again. The S3 server is this module's own (not the
 session's), so that it can be stopped; agents reach it through a counting proxy.
 Everything started is stopped by PID at the end of the module.
 """
@@ -28,6 +29,7 @@ import pytest
 from bloomswarm.common.manifest import Manifest, manifest_key, sign_manifest, signature_key
 from bloomswarm.common.signing import generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config
+from bloomswarm.publisher.versions import read_manifest
 from bloomswarm.sandbox.agent_process import AgentProcess
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
@@ -241,6 +243,24 @@ def test_s3_stopped_for_30_seconds_agents_keep_serving_and_recover(world: World)
         assert "event=origin_error" in agent.log() and "event=origin_recovered" in agent.log()
     print(f"S3 was down {outage:.1f}s")
     world.current = fresh.version
+
+
+def test_a_pin_to_a_collected_version_fetches_it_through_the_swarm(world: World) -> None:
+    """After v5, garbage collection kept v5 and v4 (``install.keep_versions`` = 2): a pin
+    back to v1 makes every agent download v1 again, through the swarm, and swap to it."""
+    fleet = world.fleet
+    assert world.current == 5
+    world.all_serving(5, keys(5))
+    for agent in fleet.agents:
+        assert not _versions_dir(agent, 1).exists(), agent.root.name
+    fetched = [_downloaded(agent) for agent in fleet.agents]
+    fleet.point_latest(1, pinned=True)
+    fleet.wait_version("rolled back to v1 by download", 1)
+    fleet.check_installed(read_manifest(fleet.store, 1))
+    world.reader.wait_until_serving(1, keys(1)[:20], keys(5)[:3])
+    for agent, before in zip(fleet.agents, fetched, strict=True):
+        assert _downloaded(agent) > before, agent.root.name
+    world.current = 1
 
 
 def test_too_little_disk_is_refused_before_download(world: World) -> None:
