@@ -9,6 +9,7 @@ import io
 import os
 import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -320,3 +321,25 @@ def test_sigterm_becomes_an_interrupt_and_cleanup_ignores_both_signals() -> None
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _demo_for(argv: list[str]) -> demo.Demo:
+    from bloomswarm.main import build_parser
+
+    return demo.Demo(build_parser().parse_args(["demo", *argv]))
+
+
+def test_dir_keeps_each_run_in_a_new_folder(tmp_path: Path) -> None:
+    first = _demo_for(["--dir", str(tmp_path / "runs")])._make_root()
+    second = _demo_for(["--dir", str(tmp_path / "runs")])._make_root()
+    assert first != second and first.parent == second.parent == tmp_path / "runs"
+    assert first.is_dir() and second.is_dir() and not any(first.iterdir())
+
+
+def test_without_dir_the_run_uses_a_fresh_temporary_folder(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    root = _demo_for([])._make_root()
+    assert root.parent == tmp_path and root.name.startswith("bloomswarm-demo-")
+    assert not _demo_for([]).keep and _demo_for(["--dir", str(tmp_path)]).keep
