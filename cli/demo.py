@@ -182,6 +182,7 @@ class Demo:
         self.keep = args.dir is not None
         self.rounds: list[RoundResult] = []
         self.client: LookupClient | None = None
+        self.discovery = "-"
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -203,6 +204,7 @@ class Demo:
         try:
             try:
                 fleet = LocalFleet(root, spec)
+                self.discovery = "opentracker" if fleet.discovery == "tracker" else "DHT"
                 self.say(f"discovery: {self._discovery_text(fleet)}")
                 self._start(fleet)
                 self._run_rounds(fleet)
@@ -399,7 +401,9 @@ class Demo:
                 self.say(f"files kept for inspection (agent logs: {root}/agentN/agent.log)")
             print(f"bloomswarm demo: error: {error}", file=sys.stderr)
             return 1
-        for line in summary_lines(self.rounds, report, self.args.agents, "agent0"):
+        setup = (f"{self.args.agents} agents, {self.discovery}, {self.args.keys:,} keys per version, "
+                 f"fpp {self.args.fpp:g}")
+        for line in summary_lines(self.rounds, report, self.args.agents, "agent0", setup):
             self.say(line)
         problems = failures(self.rounds, self.args.rounds, report)
         if error is not None:

@@ -228,9 +228,10 @@ class PlainView:
 
 
 def summary_lines(rounds: Sequence[RoundResult], client: ClientReport | None, agents: int,
-                  client_agent: str) -> list[str]:
-    """The summary printed at the end (also after a failure)."""
-    lines = ["", "summary", f"  {'round':<6}{'version':<9}{'file':>10}{'first swap':>12}{'last swap':>11}"
+                  client_agent: str, setup: str = "") -> list[str]:
+    """The summary printed at the end (also after a failure); ``setup`` describes the run."""
+    lines = ["", "summary" + (f": {setup}" if setup else ""),
+             f"  {'round':<6}{'version':<9}{'file':>10}{'first swap':>12}{'last swap':>11}"
              f"{'origin':>12}{'origin/file':>13}{'from peers':>12}  result"]
     for result in rounds:
         first = f"{result.first_swap_s:.2f} s" if result.first_swap_s is not None else "-"

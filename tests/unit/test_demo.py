@@ -187,7 +187,9 @@ def test_round_result_times_and_origin_copies() -> None:
 
 
 def test_summary_shows_each_round_and_the_client() -> None:
-    text = "\n".join(summary_lines([_round(round=1, version=1), _round()], _report(), 2, "agent0"))
+    text = "\n".join(summary_lines([_round(round=1, version=1), _round()], _report(), 2, "agent0",
+                                   "2 agents, DHT"))
+    assert "summary: 2 agents, DHT" in text
     assert "1.50 s" in text and "1.20x" in text and "all agents" in text
     assert "15.0M/s on average" in text and "v1 -> v2" in text
     assert "0 errors, 0 false negatives" in text and "false positives 1.00%" in text
