@@ -162,7 +162,7 @@ class Soak:
             raise FleetError(f"published v{published.version}, expected v{version}")
         at = time.monotonic() - (time.time() - published.announced_at) - self.t0
         self.versions.append({"version": version, "announced_at_s": round(at, 3),
-                              "size": published.manifest.size})
+                              "announced_at": published.announced_at, "size": published.manifest.size})
         self.say(f"published v{version} ({published.manifest.size:,} bytes)")
         return version
 
@@ -358,19 +358,27 @@ class Soak:
         agents = []
         largest_start_rss = max((t.start.rss for t in self.tracks if t.start), default=0)
         largest_start_fds = max((t.start.fds for t in self.tracks if t.start), default=0)
+        largest_start_files = max((t.start.files for t in self.tracks if t.start), default=0)
+        fd_slack = args.fd_slack if args.fd_slack is not None else 2 * args.agents + 8
         rss_violations = fd_violations = disk_violations = unexcused = 0
+        all_delays: list[float] = []
         for track in self.tracks:
             log = agent_log_events(track.agent.log())
             swapped = set(log.swapped) | track.currents
+            delays = {v["version"]: round(log.swapped_at[v["version"]] - v["announced_at"], 3)
+                      for v in self.versions if v["version"] in log.swapped_at}
+            all_delays.extend(delays.values())
             skips = skipped_versions(swapped, announced, soak_end, track.down)
             unexcused += sum(not s.excused for s in skips)
             same = track.start is not None and track.end is not None and track.start.pid == track.end.pid
             rss_base = track.start.rss if same and track.start else largest_start_rss
             fds_base = track.start.fds if same and track.start else largest_start_fds
             rss_limit = rss_base * (1 + args.rss_growth) + args.rss_slack_mib * MIB
-            fds_limit = fds_base + args.fd_slack
+            fds_limit = fds_base + fd_slack
+            files_base = track.start.files if same and track.start else largest_start_files
+            files_limit = files_base + args.file_slack
             rss_ok = track.end is not None and track.end.rss <= rss_limit
-            fds_ok = track.end is not None and track.end.fds <= fds_limit
+            fds_ok = track.end is not None and track.end.fds <= fds_limit and track.end.files <= files_limit
             disk_ok = (track.disk_peak is not None and track.disk_peak.bytes <= disk_bound
                        and track.disk_end is not None and track.disk_end.versions <= keep
                        and track.disk_end.staging == 0)
@@ -382,14 +390,15 @@ class Soak:
                 "kills": track.kills,
                 "process_starts": log.starts,
                 "swapped_versions": sorted(swapped),
+                "swap_delay_s": delays,
                 "skipped": [asdict(s) for s in skips],
                 "converged": self.converged.get(track.name, False),
                 "same_process_start_to_end": same,
                 "start": asdict(track.start) if track.start else None,
                 "end": asdict(track.end) if track.end else None,
-                "rss_limit": int(rss_limit), "fds_limit": fds_limit,
+                "rss_limit": int(rss_limit), "fds_limit": fds_limit, "files_limit": files_limit,
                 "rss_ok": rss_ok, "fds_ok": fds_ok,
-                "rss_timeline": [(round(s.at, 1), s.pid, s.rss, s.fds) for s in track.samples],
+                "rss_timeline": [(round(s.at, 1), s.pid, s.rss, s.fds, s.files) for s in track.samples],
                 "disk_peak": asdict(track.disk_peak) if track.disk_peak else None,
                 "disk_end": asdict(track.disk_end) if track.disk_end else None,
                 "disk_ok": disk_ok,
@@ -413,7 +422,7 @@ class Soak:
             Check("agents past the RSS bound", float(rss_violations), 0, "<=",
                   note=f"end <= start x {1 + args.rss_growth:g} + {args.rss_slack_mib} MiB"),
             Check("agents past the FD bound", float(fd_violations), 0, "<=",
-                  note=f"end <= start + {args.fd_slack}"),
+                  note=f"end <= start + {fd_slack}, regular files <= start + {args.file_slack}"),
             Check("agents past retention on disk", float(disk_violations), 0, "<=",
                   note=f"peak <= (keep_versions + 1) x file + 1 MiB; end: <= {keep} versions, no staging"),
             Check("agent kills", float(sum(len(t.kills) for t in self.tracks)),
@@ -439,8 +448,9 @@ class Soak:
             },
             "bounds": {"disk_bytes": disk_bound, "max_file_size": max_size, "keep_versions": keep,
                        "rss_growth": args.rss_growth, "rss_slack_mib": args.rss_slack_mib,
-                       "fd_slack": args.fd_slack},
+                       "fd_slack": fd_slack, "file_slack": args.file_slack},
             "lookups": lookups,
+            "swap_delay_s": _delay_stats(all_delays),
             "agents": agents,
             "convergence_error": self.convergence_error,
             "aborted": self.aborted,
@@ -448,6 +458,15 @@ class Soak:
             "checks": [c.as_dict() for c in checks],
             "passed": all(c.passed is not False for c in checks),
         }
+
+
+def _delay_stats(delays: list[float]) -> dict[str, Any]:
+    """Seconds from a version's announcement to an agent's swap, over all swaps logged."""
+    ordered = sorted(delays)
+    if not ordered:
+        return {"count": 0}
+    return {"count": len(ordered), "p50": ordered[len(ordered) // 2],
+            "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], "max": ordered[-1]}
 
 
 def swarm_settings(overrides: list[str]) -> dict[str, object]:
@@ -489,9 +508,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="stable and rolling keys sampled for checking, each")
     parser.add_argument("--lookup-nice", type=int, default=10, help="niceness of the lookup processes")
     parser.add_argument("--converge-timeout", type=float, default=180.0)
-    parser.add_argument("--rss-growth", type=float, default=0.25, help="allowed relative RSS growth")
-    parser.add_argument("--rss-slack-mib", type=int, default=32, help="allowed absolute RSS growth")
-    parser.add_argument("--fd-slack", type=int, default=16, help="allowed growth of open FDs")
+    parser.add_argument("--rss-growth", type=float, default=0.10, help="allowed relative RSS growth")
+    parser.add_argument("--rss-slack-mib", type=int, default=16, help="allowed absolute RSS growth")
+    parser.add_argument("--fd-slack", type=int,
+                        help="allowed growth of open FDs (default 2 x agents + 8: a connection per peer "
+                             "per kept version may open or close)")
+    parser.add_argument("--file-slack", type=int, default=4,
+                        help="allowed growth of FDs of regular files (filter files, logs)")
     parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
                         help="an agent [swarm] setting over the soak's ('default': the agent's own)")
     parser.add_argument("--discovery", choices=("auto", "tracker", "dht"), default="auto")

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 from collections import Counter
@@ -38,6 +39,8 @@ class ProcessSample:
     pid: int
     rss: int
     fds: int
+    files: int
+    """Open FDs of regular files (the rest are sockets, pipes, eventfds...)."""
 
 
 def process_sample(pid: int, at: float) -> ProcessSample | None:
@@ -45,7 +48,8 @@ def process_sample(pid: int, at: float) -> ProcessSample | None:
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            return ProcessSample(at, pid, int(proc.memory_info().rss), int(proc.num_fds()))
+            return ProcessSample(at, pid, int(proc.memory_info().rss), int(proc.num_fds()),
+                                 len(proc.open_files()))
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return None
 
@@ -93,6 +97,7 @@ def disk_sample(data_dir: Path, at: float) -> DiskSample:
 
 
 _EVENT = re.compile(r"event=(\S+)")
+_SWARM_WARNING = re.compile(r" WARNING bloomswarm\.swarm: v\d+: ([a-z ]+)")
 _FIELD = re.compile(r"\b(version|pid)=(\d+)")
 
 
@@ -102,6 +107,8 @@ class AgentLog:
 
     swapped: list[int] = field(default_factory=list)
     """Versions swapped to, in order, across restarts."""
+    swapped_at: dict[int, float] = field(default_factory=dict)
+    """When (``time.time()``, from the line's local timestamp) each version was swapped to."""
     starts: int = 0
     """``listening`` events: one per process start."""
     errors: Counter[str] = field(default_factory=Counter)
@@ -115,6 +122,10 @@ def agent_log_events(text: str) -> AgentLog:
     result = AgentLog()
     for line in text.splitlines():
         match = _EVENT.search(line)
+        swarm = _SWARM_WARNING.search(line) if match is None else None
+        if swarm is not None:
+            result.errors[f"swarm: {swarm.group(1).strip()}"] += 1
+            continue
         if match is None:
             if line.startswith("Traceback") and len(result.internal_errors) < 20:
                 result.internal_errors.append(line)
@@ -123,6 +134,9 @@ def agent_log_events(text: str) -> AgentLog:
         fields = dict(_FIELD.findall(line))
         if event == "swapped" and "version" in fields:
             result.swapped.append(int(fields["version"]))
+            stamp = _timestamp(line)
+            if stamp is not None:
+                result.swapped_at.setdefault(int(fields["version"]), stamp)
         elif event == "listening":
             result.starts += 1
         elif event == "internal_error" and len(result.internal_errors) < 20:
@@ -130,6 +144,15 @@ def agent_log_events(text: str) -> AgentLog:
         if " ERROR " in line or " WARNING " in line:
             result.errors[event] += 1
     return result
+
+
+def _timestamp(line: str) -> float | None:
+    """The ``YYYY-MM-DD HH:MM:SS,mmm`` local time a log line starts with, as epoch seconds."""
+    try:
+        stamp = _dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    except ValueError:
+        return None
+    return stamp.timestamp()
 
 
 @dataclass(frozen=True)

@@ -128,7 +128,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         "Disk: allocated bytes of the data directory, peak over 1 s samples (bound "
         f"{fmt_bytes(result['bounds']['disk_bytes'])} = (keep_versions + 1) files + 1 MiB), and the "
         "versions / staging entries at the end.", "",
-        "| agent | kills | skipped (excused) | RSS MiB start → end | FDs start → end | disk peak | "
+        "| agent | kills | skipped (excused) | RSS MiB start → end | FDs (files) start → end | disk peak | "
         "versions, staging at end | ok |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -142,9 +142,15 @@ def render_markdown(result: dict[str, Any]) -> str:
             not s["excused"] for s in agent["skipped"])
         out.append(
             f"| {agent['name']} | {len(agent['kills'])} | {skipped} | {_mib(start.get('rss'))} → "
-            f"{_mib(end.get('rss'))}{restarted} | {start.get('fds', 'n/a')} → {end.get('fds', 'n/a')} | "
+            f"{_mib(end.get('rss'))}{restarted} | {start.get('fds', 'n/a')} ({start.get('files', 'n/a')}) → "
+            f"{end.get('fds', 'n/a')} ({end.get('files', 'n/a')}) | "
             f"{fmt_bytes(peak.get('bytes', 0))} | {disk_end.get('versions', 'n/a')}, "
             f"{disk_end.get('staging', 'n/a')} | {'yes' if ok else 'NO'} |")
+    delay = result.get("swap_delay_s") or {}
+    if delay.get("count"):
+        out += ["", f"Swap delay (a version's announcement to an agent's swap, from the agents' logs, "
+                f"{delay['count']} swaps): p50 {delay['p50']:.1f} s, p90 {delay['p90']:.1f} s, "
+                f"max {delay['max']:.1f} s."]
     errors: dict[str, int] = {}
     for agent in result["agents"]:
         for event, count in agent["log_errors"].items():
