@@ -174,7 +174,7 @@ class Soak:
         try:
             self.fleet.start(on_step=lambda what: self.say(f"starting {what}"))
             self.tracks = [AgentTrack(agent) for agent in self.fleet.agents]
-            self.fleet.wait_until_up()
+            self.fleet.wait_until_up(limit_s=60.0 + 10.0 * args.agents)
             self.t0 = time.monotonic()  # provisional, so announcement times are relative
             self.publish()
             self.fleet.wait_for_version(1, limit_s=args.converge_timeout)
