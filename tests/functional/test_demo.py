@@ -114,6 +114,7 @@ class _Lines:
 
 
 def test_ctrl_c_stops_every_process_and_a_second_run_works(tmp_path: Path) -> None:
+    """The second run uses the DHT, so that both discovery paths run here."""
     tmp = tmp_path / "first"
     process = subprocess.Popen(_demo_command("--rounds", "50"), stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp))
@@ -150,9 +151,11 @@ def test_ctrl_c_stops_every_process_and_a_second_run_works(tmp_path: Path) -> No
                 with contextlib.suppress(psutil.NoSuchProcess):
                     child.kill()
     second = tmp_path / "second"
-    result = subprocess.run([*_demo_command("--rounds", "1"), "--agents", "2"], capture_output=True,
-                            text=True, timeout=200, stdin=subprocess.DEVNULL, env=_env(second), check=False)
+    result = subprocess.run([*_demo_command("--rounds", "1"), "--agents", "2", "--discovery", "dht"],
+                            capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL,
+                            env=_env(second), check=False)
     _check_run(result, rounds=1, agents=2)
+    assert "discovery: the DHT, bootstrapped from agent0" in result.stdout
     assert _leftovers(second) == []
 
 
