@@ -354,7 +354,7 @@ class Soak:
         max_size = max((v["size"] for v in self.versions), default=0)
         disk_bound = (keep + 1) * max_size + METADATA_SLACK
         announced = {v["version"]: v["announced_at_s"] for v in self.versions}
-        soak_end = self.now()
+        soak_end = self.now() if self.t0 else 0.0
         agents = []
         largest_start_rss = max((t.start.rss for t in self.tracks if t.start), default=0)
         largest_start_fds = max((t.start.fds for t in self.tracks if t.start), default=0)
@@ -362,12 +362,18 @@ class Soak:
         fd_slack = args.fd_slack if args.fd_slack is not None else 2 * args.agents + 8
         rss_violations = fd_violations = disk_violations = unexcused = 0
         all_delays: list[float] = []
+        all_seen: list[float] = []
         for track in self.tracks:
             log = agent_log_events(track.agent.log())
             swapped = set(log.swapped) | track.currents
             delays = {v["version"]: round(log.swapped_at[v["version"]] - v["announced_at"], 3)
                       for v in self.versions if v["version"] in log.swapped_at}
             all_delays.extend(delays.values())
+            seen = {v["version"]: round(log.seen_at[v["version"]] - v["announced_at"], 3)
+                    for v in self.versions if v["version"] in log.seen_at}
+            all_seen.extend(delay for version, delay in seen.items()  # not while the agent was down
+                            if not any(a < announced[version] + delay and b > announced[version]
+                                       for a, b in track.down))
             skips = skipped_versions(swapped, announced, soak_end, track.down)
             unexcused += sum(not s.excused for s in skips)
             same = track.start is not None and track.end is not None and track.start.pid == track.end.pid
@@ -391,6 +397,7 @@ class Soak:
                 "process_starts": log.starts,
                 "swapped_versions": sorted(swapped),
                 "swap_delay_s": delays,
+                "announcement_seen_after_s": seen,
                 "skipped": [asdict(s) for s in skips],
                 "converged": self.converged.get(track.name, False),
                 "same_process_start_to_end": same,
@@ -436,6 +443,7 @@ class Soak:
             "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "discovery": self.fleet.discovery,
             "swarm_settings": self.fleet.spec.swarm,
+            "poll_interval_s": self.fleet.spec.poll_interval_s,
             "wall_seconds": round(wall_s, 1),
             "soak_seconds": round(soak_end, 1),
             "keys": {"stable": self.plan.stable, "rolling_window": self.plan.window,
@@ -451,6 +459,7 @@ class Soak:
                        "fd_slack": fd_slack, "file_slack": args.file_slack},
             "lookups": lookups,
             "swap_delay_s": _delay_stats(all_delays),
+            "announcement_seen_after_s": _delay_stats(all_seen),
             "agents": agents,
             "convergence_error": self.convergence_error,
             "aborted": self.aborted,
@@ -461,7 +470,7 @@ class Soak:
 
 
 def _delay_stats(delays: list[float]) -> dict[str, Any]:
-    """Seconds from a version's announcement to an agent's swap, over all swaps logged."""
+    """Quantiles of seconds measured from versions' announcements, over agents and versions."""
     ordered = sorted(delays)
     if not ordered:
         return {"count": 0}

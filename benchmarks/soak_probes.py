@@ -109,6 +109,8 @@ class AgentLog:
     """Versions swapped to, in order, across restarts."""
     swapped_at: dict[int, float] = field(default_factory=dict)
     """When (``time.time()``, from the line's local timestamp) each version was swapped to."""
+    seen_at: dict[int, float] = field(default_factory=dict)
+    """When the agent first logged each version's announcement (its poll returned it)."""
     starts: int = 0
     """``listening`` events: one per process start."""
     errors: Counter[str] = field(default_factory=Counter)
@@ -132,6 +134,10 @@ def agent_log_events(text: str) -> AgentLog:
             continue
         event = match.group(1)
         fields = dict(_FIELD.findall(line))
+        if event == "announcement" and "version" in fields:
+            stamp = _timestamp(line)
+            if stamp is not None:
+                result.seen_at.setdefault(int(fields["version"]), stamp)
         if event == "swapped" and "version" in fields:
             result.swapped.append(int(fields["version"]))
             stamp = _timestamp(line)

@@ -151,6 +151,14 @@ def render_markdown(result: dict[str, Any]) -> str:
         out += ["", f"Swap delay (a version's announcement to an agent's swap, from the agents' logs, "
                 f"{delay['count']} swaps): p50 {delay['p50']:.1f} s, p90 {delay['p90']:.1f} s, "
                 f"max {delay['max']:.1f} s."]
+    seen = result.get("announcement_seen_after_s") or {}
+    if seen.get("count"):
+        poll = result["poll_interval_s"]
+        out += ["", f"Announcement seen (latest.json moved to a version → the agent's poll returned it, "
+                f"{seen['count']} agent-versions, the agent up; polls run every {poll:g}–{1.5 * poll:g} s, "
+                f"so anything longer is time the agent's loop spent "
+                f"blocked in polls that hit origin faults): p50 "
+                f"{seen['p50']:.1f} s, p90 {seen['p90']:.1f} s, max {seen['max']:.1f} s."]
     errors: dict[str, int] = {}
     for agent in result["agents"]:
         for event, count in agent["log_errors"].items():

@@ -48,6 +48,7 @@ def test_agent_log_events_reads_swaps_starts_and_errors() -> None:
         "2026-11-21 08:04:50,981 INFO bloomswarm.agent: event=listening url=http://x transfer=swarm pid=7",
         "2026-11-21 08:05:23,689 INFO bloomswarm.agent: event=swapped version=1 latency_s=1.000",
         "2026-11-21 08:05:24,000 WARNING bloomswarm.agent: event=origin_error error=boom retry_in_s=1.0",
+        "2026-11-21 08:05:24,500 INFO bloomswarm.agent: event=announcement version=2 sequence=2 installed=1",
         "2026-11-21 08:05:25,000 WARNING bloomswarm.swarm: v2: origin failed: url seed (http://x) 503",
         "2026-11-21 08:05:59,231 INFO bloomswarm.agent: event=swapped version=2 previous=1",
         "2026-11-21 08:06:00,000 ERROR bloomswarm.agent: event=internal_error error=KeyError",
@@ -56,6 +57,7 @@ def test_agent_log_events_reads_swaps_starts_and_errors() -> None:
     log = agent_log_events(text)
     assert log.swapped == [1, 2] and log.starts == 1
     assert log.swapped_at[2] - log.swapped_at[1] == pytest.approx(35.542)
+    assert log.swapped_at[2] - log.seen_at[2] == pytest.approx(34.731) and 1 not in log.seen_at
     assert log.errors == {"origin_error": 1, "swarm: origin failed": 1, "internal_error": 1}
     assert len(log.internal_errors) == 2
 
