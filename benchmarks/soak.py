@@ -105,6 +105,7 @@ class AgentTrack:
     samples: list[ProcessSample] = field(default_factory=list)
     disk_peak: DiskSample | None = None
     disk_end: DiskSample | None = None
+    disk_last: DiskSample | None = None
     currents: set[int] = field(default_factory=set)
     """Versions seen as ``current`` by the disk sampler (a swap the log may have missed)."""
 
@@ -231,6 +232,7 @@ class Soak:
         next_publish = args.publish_interval
         next_kill = args.kill_interval
         next_disk = next_sample = 0.0
+        next_progress = 60.0
         while self.now() < end:
             now = self.now()
             self.drain_reports()
@@ -247,11 +249,22 @@ class Soak:
             if now >= next_sample:
                 self.sample_processes(baseline=now >= args.warmup)
                 next_sample = now + args.sample_interval
+            if now >= next_progress:
+                self.progress()
+                next_progress += 60.0
             dead = [w for w in self.workers if not w.is_alive()]
             if dead:
                 self.drain_reports(timeout=1.0)
                 raise RuntimeError(f"lookup process {dead[0].name} exited ({dead[0].exitcode})")
             time.sleep(0.1)
+
+    def progress(self) -> None:
+        """One line: the lookups so far and the version each agent serves."""
+        reports = list(self.reports.values())
+        serving = " ".join(f"v{t.disk_last.current}" if t.disk_last else "?" for t in self.tracks)
+        lookups, errors = sum(r.lookups for r in reports), sum(r.exceptions for r in reports)
+        self.say(f"lookups {lookups:,}, exceptions {errors}, "
+                 f"false negatives {sum(r.false_negatives for r in reports)}; agents serve: {serving}")
 
     def kill_one(self) -> None:
         candidates = [t for t in self.tracks if t.restarting_since is None]
@@ -282,6 +295,7 @@ class Soak:
         at = self.now()
         for track in self.tracks:
             sample = disk_sample(track.agent.data_dir, at)
+            track.disk_last = sample
             if sample.current is not None:
                 track.currents.add(sample.current)
             if track.disk_peak is None or sample.bytes > track.disk_peak.bytes:
