@@ -195,14 +195,15 @@ class Demo:
         spec = FleetSpec(agents=args.agents, discovery=args.discovery,
                          swarm={**LOOPBACK_SWARM, "origin_grace_s": args.origin_grace})
         versions = "v1" if args.rounds == 1 else f"v1 to v{args.rounds}"
-        self.say(f"bloomswarm demo: {args.agents} agents, {args.keys:,} keys per version, {args.rounds} "
-                 f"round{'s' if args.rounds > 1 else ''} ({versions}), false-positive target {args.fpp:g}")
-        self.say(f"files: {root}" + ("" if self.keep else " (removed at the end; --dir keeps them)"))
         report = None
         error: str | None = None
         fleet: LocalFleet | None = None
         try:
             try:
+                self.say(f"bloomswarm demo: {args.agents} agents, {args.keys:,} keys per version, "
+                         f"{args.rounds} round{'s' if args.rounds > 1 else ''} ({versions}), "
+                         f"false-positive target {args.fpp:g}")
+                self.say(f"files: {root}" + ("" if self.keep else " (removed at the end; --dir keeps them)"))
                 fleet = LocalFleet(root, spec)
                 self.discovery = "opentracker" if fleet.discovery == "tracker" else "DHT"
                 self.say(f"discovery: {self._discovery_text(fleet)}")
