@@ -146,6 +146,21 @@ class LocalCompose:
         argv[-1] = re.sub(r"-([pP]) 6969\b", lambda m: f"-{m.group(1)} {self.tracker_port}", argv[-1])
         return self.start("tracker", argv=argv, as_nobody=True)
 
+    def healthy(self, service: str) -> Callable[[], bool]:
+        """A check running the service's own healthcheck command (CMD form), rewritten."""
+        test = self.services[service]["healthcheck"]["test"]
+        assert test[0] == "CMD", test
+        command = [self.rewrite(service, a) for a in test[1:]]
+        if service == "tracker":
+            command = [a.replace("127.0.0.1:6969", f"127.0.0.1:{self.tracker_port}") for a in command]
+        if command[0] == "python":
+            command[0] = sys.executable
+
+        def check() -> bool:
+            return subprocess.run(command, capture_output=True, timeout=30, check=False).returncode == 0
+
+        return check
+
     def log(self, service: str) -> str:
         path = self.root / "logs" / f"{service}.log"
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""

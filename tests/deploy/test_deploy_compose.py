@@ -189,6 +189,9 @@ def test_tracker_sync_signals_the_tracker_it_shares_files_with(document: dict[st
     assert isinstance(sync, PublisherConfig)
     assert sync.tracker.whitelist is not None and sync.tracker.pid_file is not None
     assert services["tracker-sync"]["pid"] == "service:tracker"
+    # tracker-sync starts once the tracker answers HTTP: an early SIGHUP breaks its reloads
+    assert services["tracker-sync"]["depends_on"]["tracker"] == {"condition": "service_healthy"}
+    assert "http://127.0.0.1:6969/" in " ".join(services["tracker"]["healthcheck"]["test"])
     script = services["tracker"]["command"][0]
     assert f"echo $$ > {sync.tracker.pid_file}" in script, "the shell's PID, then exec"
     (tracker_cmd,) = [c for c in shell_commands(script) if c[0] == "exec"]

@@ -54,11 +54,14 @@ def _announce_accepted(port: int, info_hash_hex: str) -> bool:
         return b"failure reason" not in reply.read()
 
 
-def _status(port: int) -> dict[str, object]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5) as reply:
-        data = json.loads(reply.read())
-    assert isinstance(data, dict)
-    return data
+def _serving_v1(status_port: int) -> bool:
+    """The agent's /status says it is ready with v1 installed (False while it starts)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=5) as reply:
+            data = json.loads(reply.read())
+    except OSError:
+        return False
+    return bool(data["ready"] is True and data["current_version"] == 1)
 
 
 @pytest.mark.slow
@@ -79,6 +82,7 @@ def test_compose_services_publish_distribute_and_serve_one_version(local: LocalC
     pid_file = local.volume("tracker-state") / "opentracker.pid"
     local.wait(lambda: pid_file.is_file() and pid_file.read_text().strip() == str(tracker.pid), 10,
                "the tracker's PID file", ("tracker",))
+    local.wait(local.healthy("tracker"), 20, "the tracker's healthcheck", ("tracker",))  # depends_on
     local.start("tracker-sync")
 
     published = local.run("publisher")
@@ -104,11 +108,9 @@ def test_compose_services_publish_distribute_and_serve_one_version(local: LocalC
             "BLOOMSWARM_AGENT_SWARM_DHT_RESTRICT_IPS": "false",
         })
     data_dirs = {name: local.volume(f"{name}-data") for name in AGENTS}
-    local.wait(lambda: all(current_version(d) == 1 for d in data_dirs.values()), 120,
+    local.wait(lambda: all(_serving_v1(port) for port in status_ports.values()), 120,
                "every agent to install v1", ("tracker", "tracker-sync", *AGENTS))
-    for name in AGENTS:
-        status = _status(status_ports[name])
-        assert status["ready"] is True and status["current_version"] == 1, status
+    assert all(current_version(d) == 1 for d in data_dirs.values())
 
     app = local.run("app", "--count", "1", timeout_s=120)
     assert app.returncode == 0, app.stderr

@@ -254,7 +254,12 @@ def test_tracker_sync_shares_the_whitelist_and_process_namespace_with_opentracke
     assert len(syncs) == 1
     _, _, sync_container, config = syncs[0]
     assert isinstance(config, PublisherConfig)
-    tracker = next(c for c in spec["containers"] if c["name"] == "opentracker")
+    # a native sidecar whose startupProbe gates tracker-sync: opentracker loses every
+    # reload when a SIGHUP reaches it before it serves (docs/operations.md)
+    (tracker,) = [c for c in spec["initContainers"] if c["name"] == "opentracker"]
+    assert tracker["restartPolicy"] == "Always"
+    assert tracker["startupProbe"]["httpGet"]["port"] in {p["name"] for p in tracker["ports"]}
+    assert sync_container in spec["containers"]
     script = kubernetes_expand(tracker["args"][0])
     assert f"echo $$ > {config.tracker.pid_file}" in script, "the shell's PID, then exec"
     (command,) = [c for c in shell_commands(script) if c[0] == "exec"]
@@ -265,7 +270,7 @@ def test_tracker_sync_shares_the_whitelist_and_process_namespace_with_opentracke
         assert path is not None
         assert _mount_of(tracker, path)["name"] == _mount_of(sync_container, path)["name"]
     runs_as = spec["securityContext"]["runAsUser"]
-    for container in spec["containers"]:
+    for container in spec["initContainers"] + spec["containers"]:
         assert container.get("securityContext", {}).get("runAsUser", runs_as) == runs_as, "to signal"
 
 
