@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh machine, install everything and run every check.
 #
-#   1. system packages the functional tests use (opentracker, aria2), via apt-get when root;
+#   1. system packages the tests use (opentracker, aria2, systemd-analyze), via apt-get when root;
 #   2. a virtual environment (.venv-test, or $BLOOMSWARM_VENV) with the project and its
 #      dev extras installed the way users install it (not editable: the C extension is
 #      built exactly as `pip install .` builds it);
@@ -20,6 +20,7 @@ log "system packages"
 missing=()
 command -v opentracker >/dev/null 2>&1 || missing+=(opentracker)
 command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # deploy/ unit checks
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -30,7 +31,7 @@ if ((${#missing[@]})); then
     echo "warning: ${missing[*]} missing and not root: tests that need them will say so"
   fi
 fi
-for tool in opentracker aria2c; do
+for tool in opentracker aria2c systemd-analyze; do
   printf '  %-12s %s\n' "$tool" "$(command -v "$tool" || echo 'not installed')"
 done
 
