@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh machine, install everything and run every check.
 #
-#   1. system packages the tests use (opentracker, aria2, systemd-analyze), via apt-get when root;
+#   1. system packages the tests use (opentracker, aria2, systemd-analyze, iproute2), via apt-get when root;
 #   2. a virtual environment (.venv-test, or $BLOOMSWARM_VENV) with the project and its
 #      dev extras installed the way users install it (not editable: the C extension is
 #      built exactly as `pip install .` builds it);
@@ -21,6 +21,7 @@ missing=()
 command -v opentracker >/dev/null 2>&1 || missing+=(opentracker)
 command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # deploy/ unit checks
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # the LSD test's network namespace
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -31,7 +32,7 @@ if ((${#missing[@]})); then
     echo "warning: ${missing[*]} missing and not root: tests that need them will say so"
   fi
 fi
-for tool in opentracker aria2c systemd-analyze; do
+for tool in opentracker aria2c systemd-analyze ip; do
   printf '  %-12s %s\n' "$tool" "$(command -v "$tool" || echo 'not installed')"
 done
 
