@@ -335,7 +335,10 @@ class ByteAccounting:
     (received by connections that closed since the previous snapshot) are given to the
     connections that disappeared last, in proportion to their last download rates —
     also later, since libtorrent's total lags the per-connection counters by up to a
-    second. Pure Python, no libtorrent: unit-testable.
+    second. A web-seed connection can also open and close between two snapshots (a small
+    file on a fast link): when the origin was attached, no web seed was seen and no
+    connection disappeared, the unexplained bytes are the origin's. Pure Python, no
+    libtorrent: unit-testable.
     """
 
     def __init__(self) -> None:
@@ -346,13 +349,20 @@ class ByteAccounting:
         self._live: dict[ConnectionKey, _Connection] = {}
         self._gone: list[_Connection] = []
 
-    def update(self, total: int, connections: list[tuple[ConnectionKey, bool, int, int]]) -> None:
+    def update(
+        self,
+        total: int,
+        connections: list[tuple[ConnectionKey, bool, int, int]],
+        *,
+        origin_attached: bool = False,
+    ) -> None:
         """Account for a snapshot.
 
         ``total`` is the torrent's cumulative payload download, read *before* the
         connections; ``connections`` holds ``(key, is_origin, downloaded, rate)`` per live
         connection: a key unique to the connection (endpoints), whether it is a web
         seed, its cumulative payload download, and its current download rate.
+        ``origin_attached``: the origin is added as a web seed at this snapshot.
         """
         gone: list[_Connection] = []
         live: dict[ConnectionKey, _Connection] = {}
@@ -370,11 +380,14 @@ class ByteAccounting:
                 self.peers += delta
             live[key] = _Connection(is_origin, downloaded, rate)
         gone.extend(self._live.values())
+        web_seed_seen = any(c.origin for c in live.values()) or any(c.origin for c in gone)
         self._live = live
         if gone:
             self._gone = gone
         unexplained = total - self.origin - self.peers
-        if unexplained > 0 and self._gone:
+        if unexplained > 0 and origin_attached and not web_seed_seen and not gone:
+            self.origin += unexplained  # a web-seed connection came and went unseen
+        elif unexplained > 0 and self._gone:
             gone = self._gone
             weights = [max(c.rate, 1) for c in gone]
             to_origin = unexplained * sum(w for c, w in zip(gone, weights, strict=True) if c.origin)
@@ -457,6 +470,7 @@ class _Torrent:
                  int(p.total_download), int(p.payload_down_speed))
                 for p in peers
             ],
+            origin_attached=self.origin is not None and self.origin.added is not None,
         )
         return st, peers
 

@@ -108,6 +108,21 @@ def test_a_total_that_lags_the_counters_takes_nothing_back() -> None:
     assert (acc.origin, acc.peers) == (1000, 0)
 
 
+
+def test_a_web_seed_connection_unseen_between_snapshots_is_the_origins() -> None:
+    acc = ByteAccounting()
+    acc.update(0, [(("p",), False, 0, 1)], origin_attached=True)
+    # The web seed connected, sent the whole file and closed between two snapshots.
+    acc.update(5000, [(("p",), False, 0, 1)], origin_attached=True)
+    assert (acc.origin, acc.peers) == (5000, 0)
+
+
+def test_unexplained_bytes_without_the_origin_attached_are_not_the_origins() -> None:
+    acc = ByteAccounting()
+    acc.update(0, [(("p",), False, 0, 1)])
+    acc.update(300, [])  # the peer closed after 300 more bytes
+    assert (acc.origin, acc.peers) == (0, 300)
+
 # --- settings -----------------------------------------------------------------------------
 
 
