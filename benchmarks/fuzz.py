@@ -23,9 +23,12 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -98,13 +101,20 @@ def run_target(name: str, runs: int, work: Path, timeout_s: int) -> dict[str, An
         f"-runs={runs}", f"-max_len={_MAX_LEN[name]}", f"-timeout={timeout_s}", "-rss_limit_mb=2048",
         "-print_final_stats=1", f"-artifact_prefix={artifacts}/", str(corpus),
     ]
+    scratch = tempfile.mkdtemp(prefix="bloomswarm-fuzz-", dir=fuzz_targets.tmpfs())
     started = time.monotonic()
-    with log.open("w", encoding="utf-8") as out:
-        code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False).returncode
+    try:
+        with log.open("w", encoding="utf-8") as out:
+            code = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=False,
+                                  env={**os.environ, fuzz_targets.SCRATCH_ENV: scratch}).returncode
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     elapsed = time.monotonic() - started
     text = log.read_text(encoding="utf-8", errors="replace")
     done = _DONE.findall(text)
     status = _STATUS.findall(text)
+    slowest = re.findall(r"stat::slowest_unit_time_sec:\s+(\d+)", text)
+    rss = re.findall(r"stat::peak_rss_mb:\s+(\d+)", text)
     finding_lines = sorted(set(re.findall(r"^FINDING (.*) \(", text, re.MULTILINE)))
     counts = re.findall(r"^COUNTS \d+ accepted=(\d+) rejected=(\d+) findings=(\d+)", text, re.MULTILINE)
     return {
@@ -114,6 +124,9 @@ def run_target(name: str, runs: int, work: Path, timeout_s: int) -> dict[str, An
         "exit_code": code,
         "seconds": round(elapsed, 1),
         "inputs_per_second": round(int(done[-1][0]) / elapsed) if done and elapsed else None,
+        "slowest_input_s": int(slowest[-1]) if slowest else None,
+        "hang_timeout_s": timeout_s,
+        "peak_rss_mb": int(rss[-1]) if rss else None,
         "coverage_edges": int(status[-1][1]) if status else None,
         "features": int(status[-1][2]) if status else None,
         "corpus_size": int(status[-1][3]) if status else None,

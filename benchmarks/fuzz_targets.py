@@ -86,11 +86,23 @@ class _Keys:
         return cls._pair
 
 
+SCRATCH_ENV = "BLOOMSWARM_FUZZ_SCRATCH"
+"""A folder for the scratch files, made and removed by whoever sets it (benchmarks/fuzz.py:
+libFuzzer ends its worker without running Python's exit handlers)."""
+
+
+def tmpfs() -> str | None:
+    """/dev/shm when it is writable (scratch files then never touch a disk), else None."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
 @functools.cache
 def _scratch_dir() -> Path:
-    """A per-process scratch folder (tmpfs when there is one), removed at exit."""
-    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    path = Path(tempfile.mkdtemp(prefix="bloomswarm-fuzz-", dir=base))
+    """The scratch folder: $BLOOMSWARM_FUZZ_SCRATCH, or a per-process one removed at exit."""
+    given = os.environ.get(SCRATCH_ENV)
+    if given:
+        return Path(given)
+    path = Path(tempfile.mkdtemp(prefix="bloomswarm-fuzz-", dir=tmpfs()))
     atexit.register(shutil.rmtree, path, True)
     return path
 
@@ -416,4 +428,6 @@ dht_bootstrap_nodes = ["10.0.0.5:6881"]
 """
 
 
-__all__ = ["TARGETS", "Target", "config", "filter_file", "header", "manifest", "seeds"]
+__all__ = [
+    "SCRATCH_ENV", "TARGETS", "Target", "config", "filter_file", "header", "manifest", "seeds", "tmpfs",
+]
