@@ -4,9 +4,10 @@ the origin, then keeps seeding them.
 :class:`Swarm` implements :class:`~bloomswarm.agent.transfer.Transfer`. One session holds
 every version the agent downloads or seeds. It is tuned for a data centre, as measured
 in design.md: TCP only (uTP off), large send buffers, several connections per IP
-allowed, UPnP/NAT-PMP off. Peers come from the configured trackers (added to every
-torrent, beside the torrent's own), the DHT (bootstrapped only from the configured
-nodes, never from a public router), LSD when enabled, and PEX.
+allowed, UPnP/NAT-PMP off. Peers come from the configured trackers (the ``.torrent``'s
+own only with ``torrent_trackers``: the signature does not cover them), the DHT
+(bootstrapped only from the configured nodes, never from a public router), LSD when
+enabled, and PEX.
 
 The origin (S3 presigned URL or CDN URL) is a BEP 19 web seed added at run time with
 ``add_url_seed``: the torrent carries no URL that could expire (web seeds inside a
@@ -128,7 +129,11 @@ class SwarmConfig:
     """libtorrent ``listen_interfaces``: comma-separated ``address:port`` (TCP, and UDP for
     the DHT). Port 0 picks a free port (:meth:`Swarm.listen_port` tells which)."""
     trackers: tuple[str, ...] = ()
-    """Tracker announce URLs added to every torrent, beside the torrent's own."""
+    """Tracker announce URLs added to every torrent."""
+    torrent_trackers: bool = False
+    """Also announce to the trackers listed in the ``.torrent``. Off by default: that list
+    lies outside the info dictionary, so the signed info-hash does not cover it, and
+    someone who can write to the bucket could send agents to a tracker of theirs."""
     enable_dht: bool = True
     """Find peers through the DHT (trackerless)."""
     dht_bootstrap_nodes: tuple[str, ...] = ()
@@ -769,9 +774,6 @@ class Swarm:
             info = lt.torrent_info(torrent)
         except (RuntimeError, TypeError, ValueError) as exc:
             raise FormatError(f"not a valid torrent: {exc}") from exc
-        # The origin is added at run time only, under the policy: ignore any web seed
-        # written into the torrent.
-        info.set_web_seeds([])
         return info
 
     def _read_resume(self, data: bytes, info: lt.torrent_info, version: int) -> lt.add_torrent_params | None:
@@ -815,7 +817,7 @@ class Swarm:
         params.ti = info
         params.save_path = str(save_dir)
         params.flags &= ~lt.torrent_flags.auto_managed
-        params.flags &= ~lt.torrent_flags.paused
+        params.flags |= lt.torrent_flags.paused  # resumed once its trackers are settled
         params.flags |= lt.torrent_flags.duplicate_is_error
         trackers = list(self.config.trackers)
         if trackers:
@@ -825,6 +827,13 @@ class Swarm:
             handle = self._ses.add_torrent(params)
         except RuntimeError as exc:
             raise ValueError(f"v{version}: libtorrent refused the torrent: {exc}") from exc
+        if not self.config.torrent_trackers:  # keep only the configured trackers
+            handle.replace_trackers([lt.announce_entry(url) for url in trackers])
+        # The origin is added at run time only, under the policy: drop any web seed written
+        # into the torrent (unsigned) or remembered by resume data.
+        for url in handle.url_seeds():
+            handle.remove_url_seed(url)
+        handle.resume()
         now = self._clock()
         record = _Torrent(
             version=version,

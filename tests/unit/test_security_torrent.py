@@ -35,9 +35,47 @@ def _torrent_with_injected_web_seed(tmp_path: Path) -> tuple[bytes, bytes]:
 def test_injected_web_seed_keeps_the_info_hash_so_the_gate_cannot_see_it(tmp_path: Path) -> None:
     published, tampered = _torrent_with_injected_web_seed(tmp_path)
     assert read_torrent(tampered) == read_torrent(published)
-    assert [seed["url"] for seed in lt.torrent_info(tampered).web_seeds()] == [INJECTED]
+    assert lt.bdecode(tampered)[b"url-list"] == [INJECTED.encode()]
 
 
 def test_the_agent_drops_web_seeds_written_into_a_torrent(tmp_path: Path) -> None:
+    from bloomswarm.agent.swarm import SwarmConfig
+
     _published, tampered = _torrent_with_injected_web_seed(tmp_path)
-    assert Swarm._torrent_info(tampered).web_seeds() == []
+    swarm = Swarm(SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False))
+    try:
+        swarm.start_download(1, tampered, tmp_path / "download", None)
+        assert swarm._torrents[1].handle.url_seeds() == []
+    finally:
+        swarm.close()
+
+
+def _announced(torrent_trackers: bool, tmp_path: Path) -> list[str]:
+    """The trackers a Swarm announces to for a torrent listing ``TORRENT_TRACKER``."""
+    from bloomswarm.agent.swarm import SwarmConfig
+
+    path = tmp_path / "filter.bsf"
+    path.write_bytes(bytes(range(256)) * 256)
+    torrent = make_torrent(path, trackers=[TORRENT_TRACKER], piece_size=16 << 10, progress=False).data
+    config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, trackers=(CONFIGURED,),
+                         torrent_trackers=torrent_trackers)
+    swarm = Swarm(config)
+    try:
+        swarm.start_download(1, torrent, tmp_path / "download", None)
+        handle = swarm._torrents[1].handle
+        return sorted(str(entry["url"]) for entry in handle.trackers())
+    finally:
+        swarm.close()
+
+
+# Both on loopback: announces (if any get out) go nowhere else.
+TORRENT_TRACKER = "http://127.0.0.2:9/announce"
+CONFIGURED = "http://127.0.0.3:9/announce"
+
+
+def test_the_agent_ignores_trackers_written_into_a_torrent(tmp_path: Path) -> None:
+    assert _announced(False, tmp_path) == [CONFIGURED]
+
+
+def test_torrent_trackers_setting_keeps_them(tmp_path: Path) -> None:
+    assert _announced(True, tmp_path) == sorted([CONFIGURED, TORRENT_TRACKER])
