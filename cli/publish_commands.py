@@ -60,6 +60,9 @@ def register(commands: Any) -> None:
     _add_signing_key_option(publish)
     publish.add_argument("--force", action="store_true",
                          help="publish even when the filter equals the latest version")
+    publish.add_argument("--allow-empty", action="store_true",
+                         help="publish even when the input holds no keys (an empty filter answers "
+                              "no to every key)")
     publish.add_argument("--watch", type=Path, metavar="DIR",
                          help="keep running and publish again after DIR changes (debounced)")
     publish.add_argument("--keep", type=positive_int, metavar="K", dest="keep_versions",
@@ -203,6 +206,9 @@ def run_publish(args: argparse.Namespace) -> int:
 
     def publish_once() -> None:
         builder = build_filter(source, spec)
+        if builder.key_count == 0 and not args.allow_empty:
+            raise ConfigError(f"the input holds no keys ({', '.join(inputs)}): not publishing an empty "
+                              "filter to the fleet (--allow-empty does)")
         result = publish_filter(store, config, builder, signing_key, source_fingerprint(source),
                                 force=args.force, progress=not args.quiet)
         manifest = result.manifest

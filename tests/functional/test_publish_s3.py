@@ -173,6 +173,16 @@ def test_publish_two_versions_then_unchanged_and_force(
     assert fleet.latest() == (3, 3, False)
 
 
+
+def test_an_empty_input_is_published_only_with_allow_empty(fleet: Fleet, tmp_path: Path) -> None:
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    config = ["--config", str(fleet.config_file)]
+    assert main(["-q", "publish", str(empty), *config]) == 1
+    assert not fleet.store.exists(LATEST_KEY)
+    assert main(["-q", "publish", str(empty), *config, "--allow-empty"]) == 0
+    assert read_manifest(fleet.store, 1).filter.key_count == 0 and fleet.latest() == (1, 1, False)
+
 def test_pin_holds_the_fleet_and_unpin_releases_it(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -409,7 +419,10 @@ def _bad_inputs(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[list[str], str]
     bad_key = tmp_path / "bad.key"
     bad_key.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
     keys = str(fleet.keys_file("ok"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
     return {
+        "input without keys": ([str(empty)], "holds no keys"),
         "missing file": ([str(tmp_path / "nope.txt")], "nope.txt"),
         "unreadable compressed file": ([str(truncated)], "keys.txt.gz"),
         "wrong column": ([str(table), "--csv-column", "email"], "email"),
@@ -424,7 +437,8 @@ def _bad_inputs(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[list[str], str]
 
 @pytest.mark.parametrize(
     "case",
-    ["missing file", "unreadable compressed file", "wrong column", "non-integer in int mode",
+    ["input without keys", "missing file", "unreadable compressed file", "wrong column",
+     "non-integer in int mode",
      "unreachable endpoint", "missing bucket", "bad key file"],
 )
 def test_bad_input_is_one_line_and_a_non_zero_exit(fleet: Fleet, tmp_path: Path, case: str) -> None:
