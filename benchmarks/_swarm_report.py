@@ -35,7 +35,7 @@ def plot(p2p: Sequence[Point], direct: Sequence[Point], folder: Path) -> list[Pa
 
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(9, 4.8))
     for size, points in _by_size(p2p).items():
         agents = [p.agents for p in points]
         line = ax.plot(agents, [p.max for p in points], "o-", label=f"P2P {_label(size)} (max)")[0]
@@ -51,7 +51,7 @@ def plot(p2p: Sequence[Point], direct: Sequence[Point], folder: Path) -> list[Pa
     ax.set_yscale("log")
     ax.set_xticks(sorted({p.agents for p in [*p2p, *direct]}))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(_caps_title(p2p or direct))
     fig.tight_layout()
     written.append(folder / "swarm_time.png")

@@ -29,13 +29,14 @@ then reach the other N−1, doubling its holders at best every P/U, so
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,6 +126,17 @@ class Point:
         data.update(p50_s=self.p50, p99_s=self.p99, max_s=self.max, origin_copies=self.origin_copies,
                     peer_copies=self.peer_copies, max_over_minimum=self.max / self.minimum_s)
         return data
+
+
+def load_points(path: Path) -> tuple[list[Point], list[Point], list[str]]:
+    """The P2P and direct points and the failures of a JSON file this benchmark wrote."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    names = {f.name for f in fields(Point) if f.init}
+
+    def points(key: str) -> list[Point]:
+        return [Point(**{k: v for k, v in item.items() if k in names}) for item in data[key]]
+
+    return points("p2p"), points("direct"), list(data.get("failures", []))
 
 
 def theoretical_minimum(size: int, agents: int, upload: int, piece: int) -> float:
@@ -291,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--plots", type=Path, help="directory for swarm_time.png and swarm_origin.png")
     parser.add_argument("--markdown", type=Path, help="write the results table here")
+    parser.add_argument("--from-json", type=Path, metavar="RESULTS",
+                        help="measure nothing: redo the table, checks, plots and Markdown of a saved run")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 agents, 8 MiB, no caps beyond 8 MiB/s, baseline included")
     args = parser.parse_args(argv)
@@ -318,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
         ("p2p", n, [s for s in sizes if s <= 256 * MIB or n in large_agents]) for n in agents
     ]
     plan += [("direct", n, direct_sizes) for n in direct_agents if direct_sizes]
+    if args.from_json:
+        p2p, direct, failures = load_points(args.from_json)
+        plan = []
     try:
         for mode, n, fleet_sizes in plan:
             section(f"{'P2P' if mode == 'p2p' else 'direct baseline'}, {n} agents")
@@ -365,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": [c.as_dict() for c in checks],
         "failures": failures,
     }
-    if args.json:
+    if args.json and not args.from_json:
         write_json(args.json, result)
     if args.plots:
         plot(p2p, direct, args.plots)
