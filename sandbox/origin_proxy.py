@@ -132,7 +132,11 @@ class OriginProxy(Service):
         fault_rate: float = 0.0,
         stall_s: float = 5.0,
         seed: int | None = None,
+        cache_files: bool = True,
     ) -> None:
+        """``cache_files``: keep a copy of each filter file (they are immutable once
+        published); False forwards every request, for a test that changes an object in
+        place. The other arguments are described in the module docstring."""
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError("fault_rate must be within 0..1")
         if rate_limit < 0 or connection_rate < 0:
@@ -142,6 +146,7 @@ class OriginProxy(Service):
         self.connection_rate = connection_rate
         self.fault_rate = fault_rate
         self.stall_s = stall_s
+        self.cache_files = cache_files
         self.bucket = TokenBucket(rate_limit)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -218,7 +223,8 @@ class OriginProxy(Service):
 
     def start(self) -> OriginProxy:
         proxy = self
-        self._cache_dir = Path(tempfile.mkdtemp(prefix="bloomswarm-origin-cache-"))
+        if self.cache_files:
+            self._cache_dir = Path(tempfile.mkdtemp(prefix="bloomswarm-origin-cache-"))
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"

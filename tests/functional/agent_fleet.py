@@ -1,9 +1,10 @@
 """Agents as real processes moving versions with the libtorrent swarm, for the functional tests.
 
-:class:`SwarmFleet` holds the bucket (direct for the publisher, through a
-:class:`CountingS3Proxy` for the agents, so the bytes of filter files the origin serves
-are counted where they leave it), the publisher's own code, and the agent and LiveFilter
-processes a test started — all stopped by PID in :meth:`SwarmFleet.close`. An agent is
+:class:`SwarmFleet` holds the bucket (direct for the publisher, through an
+:class:`~bloomswarm.sandbox.origin_proxy.OriginProxy` for the agents, so the bytes of
+filter files the origin serves are counted where they leave it), the publisher's own
+code, and the agent and LiveFilter processes a test started — all stopped by PID in
+:meth:`SwarmFleet.close`. An agent is
 ``python -m bloomswarm agent run`` with the default ("swarm") transfer on its own
 loopback port.
 
@@ -13,16 +14,11 @@ test_agent_faults_swarm.py (faults with the 5-agent fleet).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import http.client
 import signal
 import subprocess
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.manifest import Manifest
@@ -33,7 +29,8 @@ from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.sandbox.agent_process import AgentProcess
-from bloomswarm.sandbox.processes import Service, stop_process
+from bloomswarm.sandbox.origin_proxy import OriginProxy
+from bloomswarm.sandbox.processes import stop_process
 from tests.functional.live_reader import LiveReader
 
 _PRIVATE, PUBLIC_PEM = generate_keypair()
@@ -54,114 +51,11 @@ ORIGIN_LIMIT = 3 * ORIGIN_PACE
 the origin's address, so this caps each agent's whole download; above the origin's pace,
 so an agent reads what the origin sends at once (nothing waits in socket buffers to be
 thrown away when it drops the web seed)."""
-_CHUNK = 16 * 1024
 
 
 def keys(version: int, count: int = 200) -> list[str]:
     """The keys of version ``version`` (distinct per version)."""
     return [f"v{version}-key-{i}" for i in range(count)]
-
-
-# --- a counting proxy in front of moto ----------------------------------------------------------
-
-
-class CountingS3Proxy(Service):
-    """A reverse proxy on 127.0.0.1 in front of the S3 server, counting the body bytes of
-    GET responses for filter files (``.../filter.bsf``) it sent: the origin's payload.
-    ``rate_limit`` paces each response (bytes/s), like S3's bounded per-connection
-    throughput: without it the proxy would push whole responses into loopback socket
-    buffers (megabytes) that an agent discards when it drops the web seed. moto does not
-    check signatures, so presigned URLs made for the proxy's address work through it.
-    While the upstream server is down, the proxy drops each connection it cannot forward."""
-
-    def __init__(self, upstream: str, rate_limit: int = 0) -> None:
-        parts = urlsplit(upstream)
-        self.rate_limit = rate_limit
-        self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.filter_bytes = 0
-        self.filter_requests = 0
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def _count(self, path: str, size: int) -> None:
-        if path.split("?", 1)[0].endswith("/filter.bsf"):
-            with self._lock:
-                self.filter_bytes += size
-
-    def start(self) -> CountingS3Proxy:
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
-            def handle(self) -> None:
-                # libtorrent drops a web seed; the upstream is down (an outage test)
-                with contextlib.suppress(ConnectionError):
-                    super().handle()
-
-            def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("connection", "keep-alive", "proxy-connection")}
-                conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
-                try:
-                    conn.request(self.command, self.path, body=body, headers=headers)
-                    response = conn.getresponse()
-                    data = response.read()
-                finally:
-                    conn.close()
-                self.send_response_only(response.status, response.reason)
-                for name, value in response.getheaders():
-                    if name.lower() not in ("connection", "keep-alive", "transfer-encoding",
-                                            "content-length", "server", "date"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command == "HEAD":
-                    return
-                counted = self.command == "GET" and 200 <= response.status < 300
-                started = time.monotonic()
-                for offset in range(0, len(data), _CHUNK):
-                    chunk = data[offset: offset + _CHUNK]
-                    if proxy.rate_limit:  # S3-like: each connection's throughput is bounded
-                        delay = started + offset / proxy.rate_limit - time.monotonic()
-                        if delay > 0:
-                            time.sleep(delay)
-                    self.wfile.write(chunk)
-                    if counted:
-                        proxy._count(self.path, len(chunk))
-
-            def do_GET(self) -> None:
-                if self.path.split("?", 1)[0].endswith("/filter.bsf"):
-                    with proxy._lock:
-                        proxy.filter_requests += 1
-                self._forward()
-
-            do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
 
 
 # --- the fleet ----------------------------------------------------------------------------------
@@ -174,7 +68,7 @@ class SwarmFleet:
     ``torrent_format`` is the publisher's setting (v1, its default, or hybrid);
     ``capacity`` sizes the published filters (:data:`CAPACITY`: about 6 MB)."""
 
-    def __init__(self, root: Path, s3: S3Config, proxy: CountingS3Proxy, *,
+    def __init__(self, root: Path, s3: S3Config, proxy: OriginProxy, *,
                  trackers: tuple[str, ...] = (), torrent_format: TorrentFormat = "v1",
                  capacity: int = CAPACITY) -> None:
         self.root = root
@@ -289,7 +183,6 @@ __all__ = [
     "ORIGIN_PACE",
     "PIECE_SIZE",
     "PUBLIC_PEM",
-    "CountingS3Proxy",
     "SwarmFleet",
     "keys",
 ]

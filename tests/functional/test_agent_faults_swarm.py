@@ -31,10 +31,11 @@ from bloomswarm.common.signing import generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.versions import read_manifest
 from bloomswarm.sandbox.agent_process import AgentProcess
+from bloomswarm.sandbox.origin_proxy import OriginProxy
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
-from tests.functional.agent_fleet import AGENTS, KEY, CountingS3Proxy, SwarmFleet, keys
+from tests.functional.agent_fleet import AGENTS, KEY, SwarmFleet, keys
 from tests.functional.live_reader import LiveReader
 
 pytestmark = pytest.mark.timeout(300)
@@ -88,7 +89,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[
     server = MotoServer(port=free_port())
     server.start()
     tracker = OpenTracker()
-    proxy = CountingS3Proxy(server.endpoint)
+    proxy = OriginProxy(server.endpoint, cache_files=False)
     fleet: SwarmFleet | None = None
     try:
         tracker.start()

@@ -1,7 +1,7 @@
 """Agents as real processes moving versions with the libtorrent swarm, on 127.0.0.1.
 
 moto's S3 server is the origin, seen by the agents through a counting proxy
-(:class:`~tests.functional.agent_fleet.CountingS3Proxy`), so the bytes of filter files
+(:class:`~bloomswarm.sandbox.origin_proxy.OriginProxy`), so the bytes of filter files
 the origin served are counted where they leave it, beside the agents' own
 ``bytes_from_origin`` accounting. The publisher's own code publishes; opentracker
 (whitelist mode) or the agents' DHT finds the peers. An agent is ``python -m bloomswarm
@@ -31,8 +31,9 @@ import pytest
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.config import TorrentFormat
+from bloomswarm.sandbox.origin_proxy import OriginProxy
 from bloomswarm.sandbox.processes import free_port
-from tests.functional.agent_fleet import AGENTS, ORIGIN_PACE, CountingS3Proxy, SwarmFleet, keys
+from tests.functional.agent_fleet import AGENTS, ORIGIN_PACE, SwarmFleet, keys
 from tests.functional.tracker import OpenTracker, opentracker  # noqa: F401  (pytest fixture)
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,13 +42,13 @@ MAX_ORIGIN_COPIES = 1.5
 
 
 @pytest.fixture
-def proxy(s3_server: str) -> Iterator[CountingS3Proxy]:
-    with CountingS3Proxy(s3_server, rate_limit=ORIGIN_PACE) as counting:
+def proxy(s3_server: str) -> Iterator[OriginProxy]:
+    with OriginProxy(s3_server, connection_rate=ORIGIN_PACE, cache_files=False) as counting:
         yield counting
 
 
 @contextlib.contextmanager
-def _fleet(tmp_path: Path, s3: S3Config, proxy: CountingS3Proxy, trackers: tuple[str, ...] = (),
+def _fleet(tmp_path: Path, s3: S3Config, proxy: OriginProxy, trackers: tuple[str, ...] = (),
            torrent_format: TorrentFormat = "v1") -> Iterator[SwarmFleet]:
     fleet = SwarmFleet(tmp_path, s3, proxy, trackers=trackers, torrent_format=torrent_format)
     try:
@@ -109,7 +110,7 @@ def _publish_and_follow(
 
 
 def test_tracker_swarm_installs_then_swaps_with_little_origin_traffic(
-    tmp_path: Path, s3_bucket: S3Config, proxy: CountingS3Proxy, opentracker: OpenTracker,  # noqa: F811
+    tmp_path: Path, s3_bucket: S3Config, proxy: OriginProxy, opentracker: OpenTracker,  # noqa: F811
 ) -> None:
     with _fleet(tmp_path, s3_bucket, proxy, trackers=(opentracker.announce_url,),
                 torrent_format="hybrid") as fleet:
@@ -122,7 +123,7 @@ def test_tracker_swarm_installs_then_swaps_with_little_origin_traffic(
 
 
 def test_dht_only_swarm_installs_then_swaps_with_little_origin_traffic(
-    tmp_path: Path, s3_bucket: S3Config, proxy: CountingS3Proxy,
+    tmp_path: Path, s3_bucket: S3Config, proxy: OriginProxy,
 ) -> None:
     first = free_port(udp=True)
 
@@ -142,7 +143,7 @@ def test_dht_only_swarm_installs_then_swaps_with_little_origin_traffic(
 
 @pytest.mark.skipif(shutil.which("aria2c") is None, reason="aria2c is not installed")
 def test_aria2c_downloads_a_published_version_from_the_agents(
-    tmp_path: Path, s3_bucket: S3Config, proxy: CountingS3Proxy, opentracker: OpenTracker,  # noqa: F811
+    tmp_path: Path, s3_bucket: S3Config, proxy: OriginProxy, opentracker: OpenTracker,  # noqa: F811
 ) -> None:
     with _fleet(tmp_path, s3_bucket, proxy, trackers=(opentracker.announce_url,)) as fleet:
         v1 = fleet.publish(keys(1))
