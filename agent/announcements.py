@@ -141,8 +141,12 @@ class ObjectStoreAnnouncements:
     """Announcements from the bucket's documents, polled with a conditional GET.
 
     The ETag of ``latest.json`` is remembered only once everything it leads to has been
-    fetched and verified, so a failure is retried in full on the next call, and a
-    pointer that did not change (ETag equal, or same pointer re-uploaded) returns None.
+    fetched and verified, so a failure is retried on the next call, and a pointer that
+    did not change (ETag equal, or same pointer re-uploaded) returns None. A manifest and
+    signature that verified are kept for the pointer that named them, so that over a
+    flaky origin each call only fetches what it still lacks (a new version needs four
+    GETs in all; with 30% of requests failing, all four succeed in one call only a
+    quarter of the time).
     """
 
     def __init__(self, reader: DocumentReader, public_keys: Sequence[VerifyKey]) -> None:
@@ -152,6 +156,8 @@ class ObjectStoreAnnouncements:
         self._keys = list(public_keys)
         self._etag: str | None = None
         self._last: Pointer | None = None
+        self._verified: tuple[tuple[int, str], bytes, bytes, Manifest] | None = None
+        """((version, manifest key), manifest, signature, the verified manifest)."""
 
     def latest(self) -> Announcement | None:
         """See :meth:`AnnouncementSource.latest`."""
@@ -162,17 +168,27 @@ class ObjectStoreAnnouncements:
         if pointer == self._last:
             self._etag = stored.etag or None
             return None
-        manifest = self._fetch(pointer.manifest_key)
-        signature = self._fetch(pointer.manifest_key + ".sig")
-        manifest_obj = _checked(
-            "manifest_signature",
-            lambda: verify_manifest(manifest, signature, self._keys, expected_version=pointer.version),
-        )
+        manifest, signature, manifest_obj = self._verified_manifest(pointer)
         torrent = self._fetch(manifest_obj.torrent_key)
         check_torrent(manifest_obj, torrent)
         documents = SignedDocuments(stored.data, manifest, signature, torrent)
         self._etag, self._last = stored.etag or None, pointer
         return Announcement(pointer=pointer, manifest=manifest_obj, documents=documents)
+
+    def _verified_manifest(self, pointer: Pointer) -> tuple[bytes, bytes, Manifest]:
+        """The manifest ``pointer`` names and its signature, verified (kept from an earlier
+        call for the same pointer, else fetched)."""
+        named = (pointer.version, pointer.manifest_key)
+        if self._verified is not None and self._verified[0] == named:
+            return self._verified[1:]
+        manifest = self._fetch(pointer.manifest_key)
+        signature = self._fetch(pointer.manifest_key + ".sig")
+        verified = _checked(
+            "manifest_signature",
+            lambda: verify_manifest(manifest, signature, self._keys, expected_version=pointer.version),
+        )
+        self._verified = (named, manifest, signature, verified)
+        return manifest, signature, verified
 
     def _fetch(self, key: str) -> bytes:
         """A document latest.json leads to; its absence is a StorageError, not "nothing

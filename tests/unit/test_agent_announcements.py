@@ -16,7 +16,7 @@ from bloomswarm.agent.announcements import (
 from bloomswarm.agent.verify import CheckFailed
 from bloomswarm.common.errors import ObjectNotFound, StorageError
 from bloomswarm.common.manifest import LATEST_KEY, signature_key
-from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.common.storage import MemoryObjectStore, StoredObject
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import PUBLIC, ROGUE_KEY, StoreServer, point_latest, publish
 
@@ -148,3 +148,49 @@ def test_sources_need_a_key_and_an_http_url() -> None:
         ObjectStoreAnnouncements(MemoryObjectStore(), [])
     with pytest.raises(ValueError):
         HttpDocumentReader("ftp://example.com")
+
+
+class _CountingReader:
+    """A DocumentReader over a store that fails the GETs of chosen keys and counts GETs."""
+
+    def __init__(self, store: MemoryObjectStore) -> None:
+        self.store = store
+        self.failing: set[str] = set()
+        self.gets: list[str] = []
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        self.gets.append(key)
+        if key in self.failing:
+            raise StorageError(f"injected failure for {key}")
+        return self.store.get(key, if_none_match=if_none_match)
+
+
+def test_a_verified_manifest_is_not_fetched_again_after_a_failed_torrent_get(
+    store: MemoryObjectStore,
+) -> None:
+    v1 = publish(store, ["a"])
+    reader = _CountingReader(store)
+    source = ObjectStoreAnnouncements(reader, PUBLIC)
+    reader.failing.add(v1.torrent_key)
+    with pytest.raises(StorageError):
+        source.latest()
+    reader.failing.clear()
+    reader.gets.clear()
+    announcement = source.latest()
+    assert announcement is not None and announcement.manifest == v1
+    assert reader.gets == [LATEST_KEY, v1.torrent_key]  # the manifest and .sig were kept
+    assert open_announcement(announcement.documents, PUBLIC) == announcement
+
+
+def test_a_manifest_that_failed_verification_is_fetched_again(store: MemoryObjectStore) -> None:
+    publish(store, ["a"])
+    good = store.get(signature_key(1))
+    assert good is not None
+    store.put(signature_key(1), b"\0" * 64)
+    reader = _CountingReader(store)
+    source = ObjectStoreAnnouncements(reader, PUBLIC)
+    with pytest.raises(CheckFailed):
+        source.latest()
+    store.put(signature_key(1), good.data)  # repaired in place
+    announcement = source.latest()
+    assert announcement is not None and announcement.version == 1
