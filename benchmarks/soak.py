@@ -127,7 +127,9 @@ class Soak:
         self.plan = KeyPlan(args.stable_keys, args.rolling_keys, args.churn)
         self.rng = random.Random(args.seed)
         spec = FleetSpec(agents=args.agents, discovery=args.discovery, origin_fault_rate=args.fault_rate,
-                         keep_versions=args.keep_versions, swarm=swarm_settings(args.swarm))
+                         keep_versions=args.keep_versions, swarm=swarm_settings(args.swarm),
+                         agent_tables={"s3": {"read_timeout_s": args.s3_read_timeout,
+                                              "max_attempts": args.s3_attempts}})
         self.fleet = LocalFleet(root / "fleet", spec)
         self.tracks: list[AgentTrack] = []
         self.versions: list[dict[str, Any]] = []
@@ -541,6 +543,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
                         help="an agent [swarm] setting over the soak's ('default': the agent's own)")
     parser.add_argument("--discovery", choices=("auto", "tracker", "dht"), default="auto")
+    parser.add_argument("--s3-read-timeout", type=float, default=1.0,
+                        help="agents' S3 read timeout: a stalled document GET costs this, then a retry")
+    parser.add_argument("--s3-attempts", type=int, default=3, help="agents' S3 attempts per request")
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
     parser.add_argument("--work-dir", type=Path, help="keep the fleet here (default: a temporary directory)")
     parser.add_argument("--json", type=Path, help="write the results here")

@@ -84,6 +84,9 @@ def render_markdown(result: dict[str, Any]) -> str:
         "- The agents' swarm timings beside the fleet's loopback settings: "
         + ", ".join(f"`{k} = {v}`" for k, v in result["swarm_settings"].items())
         + " (the defaults suit versions minutes or hours apart, not 20 s).",
+        f"- The agents' S3 client: `read_timeout_s = {cfg.get('s3_read_timeout', 30.0)}`, "
+        f"`max_attempts = {cfg.get('s3_attempts', 3)}` (documents are small: a stalled GET is given up "
+        "and retried quickly rather than waited on).",
         f"- {look['processes']} lookup processes (spawn, nice {cfg['lookup_nice']}), each following half "
         "of the agents' data directories through `LiveFilter`, looking up keys common to the serving "
         "version and the next one, continuously.", "",
