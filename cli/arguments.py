@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from bloomswarm.common.params import Layout
 
@@ -10,12 +11,17 @@ MAX_VERSION = 2**63 - 1
 """Largest version number a manifest can carry."""
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 0 (thousands separators ``_`` and ``,`` allowed)."""
+def _integer(text: str) -> int:
+    """An integer, thousands separators ``_`` and ``,`` allowed."""
     try:
-        value = int(text.replace(",", "").replace("_", ""))
+        return int(text.replace(",", "").replace("_", ""))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 0 (thousands separators ``_`` and ``,`` allowed)."""
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {text}")
     return value
@@ -26,6 +32,37 @@ def count_value(text: str) -> int:
     value = positive_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def int_range(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argument type: an integer within ``minimum`` .. ``maximum`` (no upper bound: None)."""
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum:,}, got {text}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {text}")
+        return value
+    return parse
+
+
+def seconds_value(text: str) -> float:
+    """A finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def positive_seconds_value(text: str) -> float:
+    """A finite number of seconds > 0."""
+    value = seconds_value(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
     return value
 
 

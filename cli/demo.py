@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .arguments import fpp_value
+from .arguments import fpp_value, int_range, positive_seconds_value, seconds_value
 
 if TYPE_CHECKING:
     from bloomswarm.sandbox.fleet import AgentView, LocalFleet
@@ -50,39 +50,6 @@ on loopback peers are found within a second, so the turns at the origin are spac
 POLL_S = 0.25
 
 
-def _count(minimum: int, maximum: int | None = None) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text.replace(",", "").replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum:,}, got {text}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {text}")
-        return value
-    return parse
-
-
-def _seconds(text: str) -> float:
-    """A finite number of seconds >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
-    return value
-
-
-def _positive_seconds(text: str) -> float:
-    """A finite number of seconds > 0."""
-    value = _seconds(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
-    return value
-
-
 def register(commands: Any) -> None:
     """Add the ``demo`` subcommand."""
     demo = commands.add_parser(
@@ -90,11 +57,11 @@ def register(commands: Any) -> None:
         description="Start moto's S3 server, opentracker (or the DHT) and N agents on 127.0.0.1, "
         "publish versions of a filter built from generated keys, and show every agent download "
         "and swap while a lookup client process queries one agent's data directory.")
-    demo.add_argument("--agents", type=_count(1, MAX_AGENTS), default=8, metavar="N",
+    demo.add_argument("--agents", type=int_range(1, MAX_AGENTS), default=8, metavar="N",
                       help="agent processes (8)")
-    demo.add_argument("--keys", type=_count(1000), default=5_000_000, metavar="N",
+    demo.add_argument("--keys", type=int_range(1000), default=5_000_000, metavar="N",
                       help="keys per version (5,000,000)")
-    demo.add_argument("--rounds", type=_count(1, 1000), default=2, metavar="N",
+    demo.add_argument("--rounds", type=int_range(1, 1000), default=2, metavar="N",
                       help="versions to publish, v1 included (2: v1, then v2)")
     demo.add_argument("--fpp", type=fpp_value, default=0.01, metavar="RATE",
                       help="target false-positive rate (0.01)")
@@ -104,12 +71,12 @@ def register(commands: Any) -> None:
     demo.add_argument("--dir", type=Path, metavar="DIR",
                       help="keep the run's files (agent data and logs) in a new folder under DIR "
                       "(default: a temporary folder, removed at the end)")
-    demo.add_argument("--timeout", type=_positive_seconds, default=300.0, metavar="SECONDS",
+    demo.add_argument("--timeout", type=positive_seconds_value, default=300.0, metavar="SECONDS",
                       help="seconds a round may take to reach every agent (300)")
-    demo.add_argument("--origin-grace", type=_seconds, default=1.0, metavar="SECONDS",
+    demo.add_argument("--origin-grace", type=seconds_value, default=1.0, metavar="SECONDS",
                       help="seconds an agent looks for peers before it may use the origin "
                       "(1; the agent's own default is 5)")
-    demo.add_argument("--pause", type=_seconds, default=2.0, metavar="SECONDS",
+    demo.add_argument("--pause", type=seconds_value, default=2.0, metavar="SECONDS",
                       help="seconds to watch the lookup client after each round (2)")
     demo.add_argument("--plain", action="store_true",
                       help="print progress lines instead of the live table (automatic when "

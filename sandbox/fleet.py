@@ -19,10 +19,9 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import boto3
@@ -35,7 +34,7 @@ from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.sandbox.agent_process import AgentProcess
 from bloomswarm.sandbox.origin_proxy import OriginProxy
-from bloomswarm.sandbox.processes import free_port
+from bloomswarm.sandbox.processes import Service, free_port
 from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
 
@@ -145,7 +144,7 @@ class FleetError(RuntimeError):
     """The fleet could not start or did not converge."""
 
 
-class LocalFleet:
+class LocalFleet(Service):
     """The deployment; use as a context manager or call :meth:`start` / :meth:`stop`.
 
     While it runs, fake AWS credentials are set in this process's environment (moto
@@ -178,14 +177,6 @@ class LocalFleet:
         return requested
 
     # --- life cycle -------------------------------------------------------------------------
-
-    def __enter__(self) -> LocalFleet:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def start(self, on_step: Callable[[str], None] | None = None) -> LocalFleet:
         """Start the store, the tracker and the agents (agents start in the background:
@@ -386,12 +377,6 @@ class LocalFleet:
         if result.status != "published" or not announced:
             raise FleetError(f"publish did not produce a version: {result.status}")
         return Published(result.manifest, announced[0])
-
-    def publish_keys(self, keys: Iterable[str | bytes | int], capacity: int, fpp: float = 0.01) -> Published:
-        """Build a filter sized for ``capacity`` keys holding ``keys`` and publish it."""
-        builder = FilterBuilder.for_capacity(capacity, fpp)
-        builder.add_many(keys)
-        return self.publish(builder)
 
     # --- following a rollout ----------------------------------------------------------------
 

@@ -179,12 +179,6 @@ class OriginProxy(Service):
         with self._lock:
             return OriginCounts(self._filter_bytes, self._filter_requests, self._requests, self._faults)
 
-    def set_fault_rate(self, fault_rate: float) -> None:
-        """Change the fraction of failing requests while running."""
-        if not 0.0 <= fault_rate <= 1.0:
-            raise ValueError("fault_rate must be within 0..1")
-        self.fault_rate = fault_rate
-
     def _fault(self) -> str | None:
         """None, "error" or "stall" for the next request."""
         with self._lock:

@@ -1,10 +1,11 @@
 """Shared pieces of the agent's unit tests: keys, publishing into a memory store, an HTTP
 server in front of that store (the "CDN"), and an agent driven step by step.
 
-A test module takes the ``store`` and ``server`` fixtures by naming them at its top level
-(an assignment, not an import: the tests' parameters of the same name would shadow it)::
+A test module takes the ``store``, ``server`` and ``daemons`` fixtures by naming them at
+its top level (an assignment, not an import: the tests' parameters of the same name would
+shadow it)::
 
-    store, server = agent_helpers.store, agent_helpers.server
+    store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,10 @@ from bloomswarm.agent.direct import DirectTransfer
 from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.origin import CdnOrigin
 from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.datadir import current_version
 from bloomswarm.common.errors import ObjectNotFound
 from bloomswarm.common.manifest import Manifest, Pointer
-from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import MemoryObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.latest import Target, swap_latest
@@ -204,15 +206,31 @@ def agent_config(tmp_path: Path, base_url: str, **changes: Any) -> AgentConfig:
     return AgentConfig(**fields)
 
 
-def make_daemon(config: AgentConfig) -> AgentDaemon:
-    """An agent reading ``config.origin.cdn_base_url`` with a DirectTransfer, started."""
+def make_daemon(config: AgentConfig, public_keys: Sequence[VerifyKey] = PUBLIC) -> AgentDaemon:
+    """An agent reading ``config.origin.cdn_base_url`` with a DirectTransfer and pinning
+    ``public_keys``, started."""
     base = config.origin.cdn_base_url
     assert base is not None
-    source = HttpAnnouncements(base, PUBLIC, timeout_s=5.0)
-    daemon = AgentDaemon(config, source, DirectTransfer(config.direct), CdnOrigin(base), PUBLIC,
+    keys = list(public_keys)
+    source = HttpAnnouncements(base, keys, timeout_s=5.0)
+    daemon = AgentDaemon(config, source, DirectTransfer(config.direct), CdnOrigin(base), keys,
                          metrics=AgentMetrics())
     daemon.start()
     return daemon
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[AgentDaemon]]:
+    """Agents made by a test; each is shut down (transfer closed) at the end."""
+    made: list[AgentDaemon] = []
+    yield made
+    for daemon in made:
+        daemon.shutdown()
+
+
+def installed(daemon: AgentDaemon, version: int) -> bool:
+    """Whether ``daemon``'s ``current`` link names ``version``."""
+    return current_version(daemon.data_dir) == version
 
 
 def run_until(daemon: AgentDaemon, condition: Callable[[], bool], *, limit_s: float = 30.0) -> None:

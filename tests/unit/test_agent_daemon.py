@@ -11,7 +11,6 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from tests.unit.agent_helpers import (
     ROGUE_KEY,
     StoreServer,
     agent_config,
+    installed,
     make_daemon,
     metric,
     point_latest,
@@ -42,16 +42,7 @@ from tests.unit.agent_helpers import (
     stepping,
 )
 
-store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[AgentDaemon]]:
-    """Agents made by a test; each is shut down (transfer closed) at the end."""
-    made: list[AgentDaemon] = []
-    yield made
-    for daemon in made:
-        daemon.shutdown()
+store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons  # fixtures
 
 
 def _agent(tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon], **changes: object) -> AgentDaemon:
@@ -60,9 +51,16 @@ def _agent(tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon], **ch
     return daemon
 
 
-def _installed(daemon: AgentDaemon, version: int) -> bool:
-    return current_version(daemon.data_dir) == version
 
+def _agent_through_v2(tmp_path: Path, store: MemoryObjectStore, server: StoreServer,
+                      daemons: list[AgentDaemon]) -> AgentDaemon:
+    """An agent that installed v1, then swapped to v2 (both published here)."""
+    publish(store, ["a"])
+    daemon = _agent(tmp_path, server, daemons)
+    run_until(daemon, lambda: installed(daemon, 1))
+    publish(store, ["a", "b"])
+    run_until(daemon, lambda: installed(daemon, 2))
+    return daemon
 
 def test_installs_the_first_version_then_swaps_and_collects(
     tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
@@ -71,12 +69,12 @@ def test_installs_the_first_version_then_swaps_and_collects(
     daemon = _agent(tmp_path, server, daemons)
     live = LiveFilter(daemon.data_dir, watch=False, poll_interval=0.01)
     try:
-        run_until(daemon, lambda: _installed(daemon, 1))
-        installed = daemon.data_dir / "versions" / "v1" / "filter.bsf"
-        assert stat.S_IMODE(installed.stat().st_mode) == 0o444
-        assert hashlib.sha256(installed.read_bytes()).hexdigest() == v1.sha256
+        run_until(daemon, lambda: installed(daemon, 1))
+        installed_file = daemon.data_dir / "versions" / "v1" / "filter.bsf"
+        assert stat.S_IMODE(installed_file.stat().st_mode) == 0o444
+        assert hashlib.sha256(installed_file.read_bytes()).hexdigest() == v1.sha256
         for name in ("manifest.json", "manifest.json.sig", "filter.torrent"):
-            assert (installed.parent / name).is_file()
+            assert (installed_file.parent / name).is_file()
         assert daemon.metrics.is_ready and metric(daemon, "swaps_total") == 1
         assert metric(daemon, "current_version") == 1
         assert metric(daemon, "swap_latency_seconds_count") == 1
@@ -85,9 +83,9 @@ def test_installs_the_first_version_then_swaps_and_collects(
         assert live.version == 1 and "a" in live
 
         publish(store, ["a", "b", "c"])
-        run_until(daemon, lambda: _installed(daemon, 2))
+        run_until(daemon, lambda: installed(daemon, 2))
         publish(store, ["a", "b", "c", "d"])
-        run_until(daemon, lambda: _installed(daemon, 3))
+        run_until(daemon, lambda: installed(daemon, 3))
         live.refresh()
         assert live.version == 3 and "d" in live
         versions = sorted(p.name for p in (daemon.data_dir / "versions").iterdir())
@@ -104,7 +102,7 @@ def test_a_file_whose_sha256_differs_is_never_installed_and_is_retried(
 ) -> None:
     publish(store, ["a"])
     daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     v2 = publish(store, ["a", "b"])
     good = store.get(v2.filter_key)
     assert good is not None
@@ -117,7 +115,7 @@ def test_a_file_whose_sha256_differs_is_never_installed_and_is_retried(
     status = daemon.status()
     assert "SHA-256" in status["last_error"] and status["download"]["version"] == 2
     store.put(v2.filter_key, good.data)  # the origin is repaired: the retry succeeds
-    run_until(daemon, lambda: _installed(daemon, 2))
+    run_until(daemon, lambda: installed(daemon, 2))
     assert metric(daemon, "swaps_total") == 2
 
 
@@ -128,7 +126,7 @@ def test_announcements_that_fail_verification_change_nothing(
 ) -> None:
     publish(store, ["a"])
     daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     if fault == "pointer_signature":
         publish(store, ["a", "b"], key=ROGUE_KEY)
     else:
@@ -160,14 +158,14 @@ def test_downgrade_refused_pin_followed_replay_refused(
     publish(store, ["a"])
     publish(store, ["a", "b"])
     daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 2))
+    run_until(daemon, lambda: installed(daemon, 2))
     old_latest = store.get(LATEST_KEY)
     assert old_latest is not None
     point_latest(store, 1)  # not pinned: a downgrade
     run_until(daemon, lambda: metric(daemon, "refusals_total", reason="downgrade") >= 1)
     assert current_version(daemon.data_dir) == 2
     pinned = point_latest(store, 1, pinned=True)
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     assert daemon.status()["last_sequence"] == pinned.sequence
     assert metric(daemon, "swaps_total") == 2  # v1 downloaded once, rolled back to
 
@@ -186,14 +184,10 @@ def test_downgrade_refused_pin_followed_replay_refused(
 def test_a_rollback_to_an_installed_version_downloads_nothing(
     tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
 ) -> None:
-    publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 1))
-    publish(store, ["a", "b"])
-    run_until(daemon, lambda: _installed(daemon, 2))
+    daemon = _agent_through_v2(tmp_path, store, server, daemons)
     fetched = served_filter_bytes(server)
     point_latest(store, 1, pinned=True)
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     assert served_filter_bytes(server) == fetched
     assert daemon.status()["last_swap"]["previous"] == 2
 
@@ -224,14 +218,14 @@ def test_origin_down_keeps_serving_and_recovers(
 ) -> None:
     publish(store, ["a"])
     daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     server.failing = True
     run_until(daemon, lambda: metric(daemon, "origin_errors_total") >= 3)
     assert current_version(daemon.data_dir) == 1 and daemon.metrics.is_ready
     assert "HTTP 503" in daemon.status()["last_error"]
     publish(store, ["a", "b"])
     server.failing = False
-    run_until(daemon, lambda: _installed(daemon, 2))
+    run_until(daemon, lambda: installed(daemon, 2))
 
 
 def test_a_download_interrupted_by_shutdown_resumes_after_restart(
@@ -252,7 +246,7 @@ def test_a_download_interrupted_by_shutdown_resumes_after_restart(
 
     again = _agent(tmp_path, server, daemons)
     assert again.target_version == 1  # recovered from staging before any poll
-    run_until(again, lambda: _installed(again, 1))
+    run_until(again, lambda: installed(again, 1))
     assert metric(again, "bytes_from_origin_total") == manifest.size - on_disk
     assert hashlib.sha256(current_filter_path(again.data_dir).read_bytes()).hexdigest() == manifest.sha256
 
@@ -269,18 +263,14 @@ def test_a_server_that_ignores_ranges_still_gives_a_correct_file(
     daemons.remove(daemon)
     server.ignore_range = True
     again = _agent(tmp_path, server, daemons)
-    run_until(again, lambda: _installed(again, 1))
+    run_until(again, lambda: installed(again, 1))
     assert hashlib.sha256(current_filter_path(again.data_dir).read_bytes()).hexdigest() == manifest.sha256
 
 
 def test_restart_seeds_installed_versions_and_cleans_leftovers(
     tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
 ) -> None:
-    publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
-    run_until(daemon, lambda: _installed(daemon, 1))
-    publish(store, ["a", "b"])
-    run_until(daemon, lambda: _installed(daemon, 2))
+    daemon = _agent_through_v2(tmp_path, store, server, daemons)
     daemon.shutdown()
     daemons.remove(daemon)
     data = daemon.data_dir
@@ -331,7 +321,7 @@ def test_a_transfer_that_raises_is_retried_with_backoff(
                          PUBLIC)
     daemons.append(daemon)
     daemon.start()
-    run_until(daemon, lambda: _installed(daemon, 1))
+    run_until(daemon, lambda: installed(daemon, 1))
     assert transfer.calls == 3 and metric(daemon, "transfer_errors_total") == 2
     assert "libtorrent refused" in (daemon.status()["last_error"] or "")
 

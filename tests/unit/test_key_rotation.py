@@ -10,36 +10,31 @@ replay guard) is removed, which the last test shows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import pytest
-
-from bloomswarm.agent.announcements import HttpAnnouncements
 from bloomswarm.agent.daemon import AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
 from bloomswarm.agent.install import STATE_FILE
-from bloomswarm.agent.metrics import AgentMetrics
-from bloomswarm.agent.origin import CdnOrigin
-from bloomswarm.common.datadir import current_version
 from bloomswarm.common.manifest import LATEST_KEY, Pointer, manifest_key, seal_pointer
-from bloomswarm.common.signing import SigningKey, VerifyKey
+from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
-from tests.unit.agent_helpers import KEY, StoreServer, agent_config, metric, point_latest, publish, run_until
+from tests.unit.agent_helpers import (
+    KEY,
+    StoreServer,
+    agent_config,
+    installed,
+    make_daemon,
+    metric,
+    point_latest,
+    publish,
+    run_until,
+)
 from tests.unit.publishing_helpers import new_key
 
-store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
+store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons  # fixtures
 OLD = KEY
 NEW = new_key()
-
-
-@pytest.fixture
-def daemons() -> Iterator[list[AgentDaemon]]:
-    made: list[AgentDaemon] = []
-    yield made
-    for daemon in made:
-        daemon.shutdown()
 
 
 def _agent(tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon],
@@ -48,17 +43,9 @@ def _agent(tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon],
     for daemon in daemons:
         daemon.shutdown()
     daemons.clear()
-    keys: list[VerifyKey] = [k.public_key() for k in trusted]
-    config = agent_config(tmp_path, server.url)
-    daemon = AgentDaemon(config, HttpAnnouncements(server.url, keys, timeout_s=5.0),
-                         DirectTransfer(config.direct), CdnOrigin(server.url), keys, metrics=AgentMetrics())
-    daemon.start()
+    daemon = make_daemon(agent_config(tmp_path, server.url), [k.public_key() for k in trusted])
     daemons.append(daemon)
     return daemon
-
-
-def _on(daemon: AgentDaemon, version: int) -> bool:
-    return current_version(daemon.data_dir) == version
 
 
 def test_rotation_then_the_old_key_is_refused(
@@ -66,18 +53,18 @@ def test_rotation_then_the_old_key_is_refused(
 ) -> None:
     publish(store, ["a"], key=OLD)
     agent = _agent(tmp_path, server, daemons, [OLD])
-    run_until(agent, lambda: _on(agent, 1))
+    run_until(agent, lambda: installed(agent, 1))
 
     agent = _agent(tmp_path, server, daemons, [OLD, NEW])  # step 1: ship the new public key
     publish(store, ["a", "b"], key=NEW)  # step 2: the publisher signs with the new key
-    run_until(agent, lambda: _on(agent, 2))
+    run_until(agent, lambda: installed(agent, 2))
 
     agent = _agent(tmp_path, server, daemons, [NEW])  # step 3: the old key is withdrawn
     publish(store, ["a", "b", "evil"], key=OLD)  # whoever still holds it publishes v3
     run_until(agent, lambda: metric(agent, "verification_failures_total", check="pointer_signature") >= 1)
     point_latest(store, 3, key=NEW)  # a genuine pointer to v3, whose manifest the old key signed
     run_until(agent, lambda: metric(agent, "verification_failures_total", check="manifest_signature") >= 1)
-    assert _on(agent, 2)
+    assert installed(agent, 2)
 
 
 def test_a_sequence_pushed_ahead_by_a_compromised_key_is_cleared_with_state_json(
@@ -85,7 +72,7 @@ def test_a_sequence_pushed_ahead_by_a_compromised_key_is_cleared_with_state_json
 ) -> None:
     publish(store, ["a"], key=OLD)
     agent = _agent(tmp_path, server, daemons, [OLD, NEW])
-    run_until(agent, lambda: _on(agent, 1))
+    run_until(agent, lambda: installed(agent, 1))
     hostile = Pointer(version=1, manifest_key=manifest_key(1), sequence=2**62, issued_at=0,
                       publisher_id="attacker")
     store.put(LATEST_KEY, seal_pointer(hostile, OLD))  # signed by the (stolen) old key
@@ -93,7 +80,7 @@ def test_a_sequence_pushed_ahead_by_a_compromised_key_is_cleared_with_state_json
 
     agent = _agent(tmp_path, server, daemons, [NEW])  # the old key is withdrawn
     publish(store, ["a", "b"], key=NEW)  # the publisher continues the sequence after 2**62
-    run_until(agent, lambda: _on(agent, 2))  # so the fleet follows
+    run_until(agent, lambda: installed(agent, 2))  # so the fleet follows
     store.put(LATEST_KEY, seal_pointer(
         Pointer(version=2, manifest_key=manifest_key(2), sequence=5, issued_at=0, publisher_id="reset"), NEW))
     # A sequence reset below what the agents accepted is a replay to them:
@@ -103,4 +90,4 @@ def test_a_sequence_pushed_ahead_by_a_compromised_key_is_cleared_with_state_json
     (agent.data_dir / STATE_FILE).unlink()  # the documented recovery on each agent
     agent = _agent(tmp_path, server, daemons, [NEW])
     run_until(agent, lambda: agent.status()["last_sequence"] == 5)
-    assert _on(agent, 2)
+    assert installed(agent, 2)
