@@ -340,10 +340,11 @@ class ByteAccounting:
     (received by connections that closed since the previous snapshot) are given to the
     connections that disappeared last, in proportion to their last download rates —
     also later, since libtorrent's total lags the per-connection counters by up to a
-    second. A web-seed connection can also open and close between two snapshots (a small
-    file on a fast link): when the origin was attached, no web seed was seen and no
-    connection disappeared, the unexplained bytes are the origin's. Pure Python, no
-    libtorrent: unit-testable.
+    second. A connection can also open and close between two snapshots (a small file on
+    a fast link). With the origin attached at either snapshot, no web seed seen and no
+    connection gone, the unexplained bytes are the origin's; with the origin attached at
+    neither and no connection ever gone to take them, they can only be the peers'. Pure Python,
+    no libtorrent: unit-testable.
     """
 
     def __init__(self) -> None:
@@ -353,6 +354,7 @@ class ByteAccounting:
         """Payload bytes attributed to peers."""
         self._live: dict[ConnectionKey, _Connection] = {}
         self._gone: list[_Connection] = []
+        self._origin_was_attached = False
 
     def update(
         self,
@@ -390,8 +392,12 @@ class ByteAccounting:
         if gone:
             self._gone = gone
         unexplained = total - self.origin - self.peers
-        if unexplained > 0 and origin_attached and not web_seed_seen and not gone:
+        origin_possible = origin_attached or self._origin_was_attached
+        self._origin_was_attached = origin_attached
+        if unexplained > 0 and origin_possible and not web_seed_seen and not gone:
             self.origin += unexplained  # a web-seed connection came and went unseen
+        elif unexplained > 0 and not self._gone and not origin_possible:
+            self.peers += unexplained  # a peer connection came and went unseen
         elif unexplained > 0 and self._gone:
             gone = self._gone
             weights = [max(c.rate, 1) for c in gone]

@@ -123,6 +123,23 @@ def test_unexplained_bytes_without_the_origin_attached_are_not_the_origins() -> 
     acc.update(300, [])  # the peer closed after 300 more bytes
     assert (acc.origin, acc.peers) == (0, 300)
 
+
+def test_a_peer_connection_unseen_between_snapshots_is_the_peers() -> None:
+    acc = ByteAccounting()
+    acc.update(0, [])
+    # A peer connected, sent the whole file and closed between two snapshots (both seeds).
+    acc.update(4096, [])
+    assert (acc.origin, acc.peers) == (0, 4096)
+
+
+def test_unseen_bytes_just_after_the_origin_was_removed_are_the_origins() -> None:
+    acc = ByteAccounting()
+    acc.update(0, [], origin_attached=True)
+    acc.update(100, [])  # the origin was removed since: what arrived was still its tail
+    assert (acc.origin, acc.peers) == (100, 0)
+    acc.update(150, [])  # attached at neither snapshot: a peer came and went
+    assert (acc.origin, acc.peers) == (100, 50)
+
 # --- settings -----------------------------------------------------------------------------
 
 
