@@ -12,6 +12,7 @@ at the boundary where they are raised, with ``raise ... from exc``.
      │    ├── ObjectNotFound    the key (or bucket) does not exist
      │    └── PreconditionFailed  a conditional write lost its race
      ├── ConfigError            a configuration value or CLI argument is invalid
+     │    └── InsecureKeyFile   a private key file is open to group or others
      ├── InputError             the publisher's input data cannot be read or parsed
      └── NotReadyError          no filter version is installed yet
 
@@ -20,6 +21,8 @@ Key-encoding mistakes (a ``float`` key, an ``int`` beyond 64 bits) raise the bui
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class BloomswarmError(Exception):
@@ -48,6 +51,26 @@ class PreconditionFailed(StorageError):
 
 class ConfigError(BloomswarmError):
     """A configuration value or command-line argument is invalid."""
+
+
+class InsecureKeyFile(ConfigError):
+    """A private key file grants group or others some access (refused, as ssh does)."""
+
+    def __init__(self, path: str, mode: int, *, acl: bool = False) -> None:
+        self.path = path
+        self.mode = mode
+        self.acl = acl
+        shown = f"mode {mode:04o}" + (" with a POSIX ACL" if acl else "")
+        super().__init__(
+            f"private key file {path} is accessible to group or others ({shown}): run chmod 600 {path}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _insecure_key_file, (self.path, self.mode, self.acl)
+
+
+def _insecure_key_file(path: str, mode: int, acl: bool) -> InsecureKeyFile:
+    return InsecureKeyFile(path, mode, acl=acl)
 
 
 class InputError(BloomswarmError):

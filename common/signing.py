@@ -6,12 +6,17 @@ Keys are PEM files: PKCS#8 (unencrypted) for the private key, SubjectPublicKeyIn
 the public key — the formats ``openssl genpkey -algorithm ed25519`` writes.
 
 Errors: a missing, unreadable, malformed or non-Ed25519 key file raises ConfigError
-naming the file; a signature that no pinned key accepts raises VerificationError.
+naming the file; a private key file that grants group or others any access (``mode &
+0o077``, or its POSIX ACL) raises InsecureKeyFile (a ConfigError), as ssh refuses such a key; a
+signature that no pinned key accepts raises VerificationError. Keys given as bytes
+(:func:`parse_private_key`) have no mode to check.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +26,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .atomic_file import write_atomically
-from .errors import ConfigError, VerificationError
+from .errors import ConfigError, InsecureKeyFile, VerificationError
+from .file_access import has_acl, open_to_others
 
 SIGNATURE_SIZE = 64
 """Length of a raw Ed25519 signature in bytes."""
@@ -125,9 +131,43 @@ def _read_key_file(path: Path, what: str) -> bytes:
         raise ConfigError(f"cannot read {what} file {path}: {exc.strerror or exc}") from exc
 
 
+@dataclass(frozen=True)
+class _KeyFile:
+    data: bytes
+    mode: int
+    """Permission bits."""
+    exposed: bool
+    """Someone but its owner (and this process's user) may access it."""
+    acl: bool
+    """It carries a POSIX access ACL."""
+
+
+def _read_private_key_file(path: Path) -> _KeyFile:
+    """The file's bytes and who may access it, all from the one open file (after symlinks)."""
+    try:
+        with path.open("rb") as handle:
+            fd = handle.fileno()
+            return _KeyFile(handle.read(), stat.S_IMODE(os.fstat(fd).st_mode),
+                            open_to_others(fd), has_acl(fd))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"private key file {path} does not exist") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read private key file {path}: {exc.strerror or exc}") from exc
+
+
 def load_private_key(path: Path | str) -> SigningKey:
-    """Load an unencrypted PKCS#8 PEM Ed25519 private key; ConfigError names the file."""
-    return parse_private_key(_read_key_file(Path(path), "private key"), f"private key file {path}")
+    """Load an unencrypted PKCS#8 PEM Ed25519 private key from a file.
+
+    ConfigError names the file when it is missing, unreadable or not such a key. A file
+    that holds such a key but grants any access to group or others (``mode & 0o077``, or
+    its POSIX ACL, see :mod:`.file_access`) raises InsecureKeyFile; this is checked after
+    parsing, so a file that holds no private key is reported as that.
+    """
+    key_file = _read_private_key_file(Path(path))
+    key = parse_private_key(key_file.data, f"private key file {path}")
+    if key_file.exposed:
+        raise InsecureKeyFile(str(path), key_file.mode, acl=key_file.acl)
+    return key
 
 
 def parse_private_key(data: bytes, source: str = "private key") -> SigningKey:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import platform
+import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -15,6 +16,8 @@ import kubernetes_validate
 import pytest
 
 from bloomswarm.agent.config import AgentConfig
+from bloomswarm.common.errors import InsecureKeyFile
+from bloomswarm.common.signing import load_private_key, write_keypair
 from bloomswarm.publisher.config import PublisherConfig
 from tests.deploy.deploy_tree import (
     KUBERNETES,
@@ -237,10 +240,59 @@ def test_publisher_cronjob_and_job_run_the_same_pod_within_the_grace_period(
     assert config.signing_key is not None and config.work_dir is not None
     signing = _mount_of(container, config.signing_key)
     assert signing["readOnly"] is True
-    assert "secret" in {v["name"]: v for v in spec["volumes"]}[signing["name"]]
+    # the key the publisher reads is the init container's 0400 copy, in memory (see below)
+    assert {v["name"]: v for v in spec["volumes"]}[signing["name"]]["emptyDir"]["medium"] == "Memory"
     assert not _mount_of(container, config.work_dir).get("readOnly")
     for url in config.trackers:
         _assert_names_service(objects, url, "http")
+
+
+def test_the_publisher_reads_a_0400_copy_of_the_signing_key_secret(
+    builds: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Kubernetes gives a Secret's files the fsGroup's read bit whatever defaultMode says, and
+    the publisher refuses a key group or others may read: the init container's command, run
+    here on files laid out as the kubelet lays them out, must turn the Secret's group-readable
+    file into one the publisher loads."""
+    objects = builds["base"]
+    ((_, spec, container, config),) = [item for item in _loaded(objects, tmp_path / "configs")
+                                       if item[0].startswith("CronJob/")]
+    assert isinstance(config, PublisherConfig) and config.signing_key is not None
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (init,) = spec["initContainers"]
+    signing = _mount_of(container, config.signing_key)
+    assert _mount_of(init, config.signing_key)["name"] == signing["name"]
+    assert not _mount_of(init, config.signing_key).get("readOnly")
+    (secret_mount,) = [m for m in init["volumeMounts"] if "secret" in volumes[m["name"]]]
+    secret = volumes[secret_mount["name"]]["secret"]
+    assert secret["secretName"] == "bloomswarm-signing-key" and secret_mount["readOnly"] is True
+    assert "publisher.key" in _find(objects, "Secret", "bloomswarm-signing-key")["data"]
+    # lay out the pod's two volumes here: the Secret as the kubelet writes it with fsGroup set
+    roots = {secret_mount["mountPath"]: tmp_path / "secret", signing["mountPath"]: tmp_path / "copy"}
+    for root in roots.values():
+        root.mkdir()
+    secret_file = roots[secret_mount["mountPath"]] / "publisher.key"
+    write_keypair(secret_file, tmp_path / "publisher.pub")
+    secret_file.chmod(secret["defaultMode"] | 0o440)
+    with pytest.raises(InsecureKeyFile):
+        load_private_key(secret_file)
+
+    def local(path: str) -> str:
+        for mount_path, root in roots.items():
+            if PurePosixPath(path).is_relative_to(mount_path):
+                return str(root / PurePosixPath(path).relative_to(mount_path))
+        return path
+
+    argv = [local(kubernetes_expand(a)) for a in init["command"] + init.get("args", [])]
+    subprocess.run(argv, check=True, timeout=30)
+    copy = Path(local(str(config.signing_key)))
+    assert copy.stat().st_mode & 0o777 == 0o400
+    assert load_private_key(copy).key_id == load_private_key(_owner_only(secret_file)).key_id
+
+
+def _owner_only(path: Path) -> Path:
+    path.chmod(0o600)
+    return path
 
 
 def test_tracker_sync_shares_the_whitelist_and_process_namespace_with_opentracker(

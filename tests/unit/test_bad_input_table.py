@@ -96,7 +96,8 @@ class Fixtures:
     {tmp} a scratch folder; {missing} a path that does not exist; {keys} a text file of
     keys; {empty} an empty file; {filter} a valid filter file; {junk} a file of text that
     is no filter; {truncated} a valid filter cut short; {corrupt} a valid filter with one
-    body byte changed; {priv} / {pub} an Ed25519 key pair; {rsa_priv} / {rsa_pub} an RSA
+    body byte changed; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
+    {priv_0604} Ed25519 private keys with that mode; {rsa_priv} / {rsa_pub} an RSA
     pair; {toml_*} config files (see :meth:`_configs`); {busy_port} a loopback port this
     module listens on.
     """
@@ -119,6 +120,11 @@ class Fixtures:
         write_keypair(root / "publisher.key", root / "publisher.pub")
         self._file("priv", root / "publisher.key")
         self._file("pub", root / "publisher.pub")
+        for mode in (0o644, 0o640, 0o604):  # a private key others may read: refused
+            open_key = root / f"publisher-{mode:04o}.key"
+            write_keypair(open_key, root / f"publisher-{mode:04o}.pub")
+            open_key.chmod(mode)
+            self._file(f"priv_{mode:04o}", open_key)
         rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
         self._file("rsa_priv", root / "rsa.key", rsa_key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))

@@ -47,3 +47,27 @@ def test_publish_needs_a_bucket_a_key_and_inputs(
     config.write_text('[s3]\nbucket = "b-1"\nbukcet = "typo"\n')
     assert main(["versions", "--config", str(config)]) == 1
     assert "unknown setting 's3.bukcet'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["publish", "keys.txt"], ["pin", "3"], ["unpin"]])
+def test_a_signing_key_others_can_read_is_refused_in_one_line(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("BLOOMSWARM_CONFIG", "BLOOMSWARM_S3_BUCKET", "BLOOMSWARM_SIGNING_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    key = tmp_path / "publisher.key"
+    assert main(["keygen", str(key)]) == 0
+    key.chmod(0o644)
+    capsys.readouterr()
+    # no endpoint listens at port 1: the key must be refused before any S3 request
+    argv = [*command, "--bucket", "filters", "--endpoint-url", "http://127.0.0.1:1", "--key", str(key)]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"bloomswarm {command[0]}: error: private key file {key} is accessible to "
+                            f"group or others (mode 0644): run chmod 600 {key}\n")
+    key.chmod(0o600)
+    assert main(argv) == 1  # now the key passes and the unreachable endpoint is what fails
+    assert "cannot reach S3 endpoint" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import pickle
 import re
 import stat
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from bloomswarm.common.errors import ConfigError, VerificationError
+from bloomswarm.common.errors import ConfigError, InsecureKeyFile, VerificationError
 from bloomswarm.common.signing import (
     generate_keypair,
     key_id,
@@ -88,6 +89,53 @@ def test_private_key_file_mode_and_no_overwrite(keypair: tuple[Path, Path]) -> N
     assert private.read_bytes() != before
     assert stat.S_IMODE(private.stat().st_mode) == 0o600
     assert sorted(p.name for p in private.parent.iterdir()) == ["publisher.pem", "publisher.pub"]
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_private_key_file_only_its_owner_can_access_is_loaded(
+    keypair: tuple[Path, Path], mode: int
+) -> None:
+    private, public = keypair
+    private.chmod(mode)
+    assert load_private_key(private).key_id == load_public_keys([public])[0].key_id
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o644, 0o604, 0o440, 0o660, 0o602, 0o620, 0o601, 0o610, 0o777])
+def test_a_private_key_file_open_to_group_or_others_is_refused(keypair: tuple[Path, Path], mode: int) -> None:
+    private, _ = keypair
+    private.chmod(mode)
+    with pytest.raises(InsecureKeyFile) as caught:
+        load_private_key(private)
+    error = caught.value
+    assert isinstance(error, ConfigError)  # the CLI reports it as one line
+    assert str(error) == (f"private key file {private} is accessible to group or others "
+                          f"(mode {mode:04o}): run chmod 600 {private}")
+    assert (error.path, error.mode) == (str(private), mode)
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is InsecureKeyFile and str(copy) == str(error)
+    private.chmod(0o600)  # the fix the message names
+    assert load_private_key(private).key_id == parse_private_key(private.read_bytes()).key_id
+
+
+def test_the_mode_checked_is_that_of_the_file_a_symlink_names(keypair: tuple[Path, Path]) -> None:
+    """Kubernetes mounts a Secret's files as symlinks (mode 0777) to the real files."""
+    private, _ = keypair
+    link = private.with_name("link.pem")
+    link.symlink_to(private.name)
+    assert load_private_key(link).key_id == load_private_key(private).key_id
+    private.chmod(0o640)
+    with pytest.raises(InsecureKeyFile, match=re.escape(f"{link} is accessible") + ".*mode 0640"):
+        load_private_key(link)
+
+
+def test_a_file_open_to_others_that_holds_no_private_key_is_reported_as_not_a_key(tmp_path: Path) -> None:
+    _, public_pem = generate_keypair()
+    public = tmp_path / "publisher.pub"
+    public.write_bytes(public_pem)
+    public.chmod(0o644)
+    with pytest.raises(ConfigError, match="is not a valid PEM private key") as caught:
+        load_private_key(public)
+    assert not isinstance(caught.value, InsecureKeyFile)
 
 
 def test_write_keypair_returns_key_id(tmp_path: Path) -> None:
