@@ -87,10 +87,20 @@ class WatchConfig:
     each further failure in a row."""
     retry_max_s: float = 60.0
     """Longest delay between two attempts."""
+    max_pointer_age_s: float = 0.0
+    """Freeze detection: the newest verified latest.json seen is *stale* once its
+    ``issued_at`` is older than this many seconds by the agent's clock (a CDN or a man in
+    the middle serving an old signed pointer for ever). Stale is reported (metrics, log,
+    /status), never acted on. 0 turns it off. Set it above the publisher's refresh
+    interval plus clock skew (agent/freshness.py)."""
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0 or self.retry_initial_s <= 0:
             raise ConfigError("watch.poll_interval_s and watch.retry_initial_s must be positive")
+        if self.max_pointer_age_s < 0:
+            raise ConfigError(
+                f"watch.max_pointer_age_s must not be negative (0 turns it off), got {self.max_pointer_age_s}"
+            )
         if self.poll_jitter_s < 0:
             raise ConfigError("watch.poll_jitter_s must not be negative")
         if self.retry_max_s < self.retry_initial_s:

@@ -51,6 +51,7 @@ from bloomswarm.common.signing import VerifyKey
 from .announcements import Announcement, AnnouncementSource, SignedDocuments, open_announcement
 from .backoff import Backoff
 from .config import AgentConfig
+from .freshness import PointerFreshness
 from .gc import collect_garbage, installed_versions
 from .install import (
     MANIFEST_FILE,
@@ -134,6 +135,7 @@ class AgentDaemon:
         *,
         metrics: AgentMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
     ) -> None:
         self.config = config
@@ -157,6 +159,7 @@ class AgentDaemon:
         self._status: dict[str, Any] = {}
         self._started = False
         self._nothing_published = False
+        self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -248,6 +251,7 @@ class AgentDaemon:
             log_event(log, logging.INFO, "origin_recovered", after_failures=self._poll_backoff.failures)
             self._poll_backoff.reset()
         if announcement is not None:
+            self._freshness.saw(announcement.pointer)
             self._consider(announcement, now)
 
     def _retry_poll(self, now: float, event: str, exc: BaseException, **fields: object) -> None:
@@ -534,7 +538,26 @@ class AgentDaemon:
         except (FormatError, OSError):
             return None
 
+    def _check_freshness(self) -> None:
+        """Apply watch.max_pointer_age_s: metrics every time, a log line when it flips."""
+        change = self._freshness.update()
+        pointer = self._freshness.pointer
+        self.metrics.set_pointer_freshness(pointer.issued_at if pointer is not None else None,
+                                           self._freshness.age_s(), self._freshness.stale)
+        if change is None:
+            return
+        fields = {"version": change.pointer.version, "sequence": change.pointer.sequence,
+                  "issued_at": change.pointer.issued_at, "age_s": change.age_s,
+                  "max_age_s": self._freshness.max_age_s}
+        if change.stale:
+            log_event(log, logging.WARNING, "pointer_stale", **fields,
+                      detail="no newer signed latest.json: the publisher stopped refreshing it, "
+                             "or the origin serves an old one; still serving the installed version")
+        else:
+            log_event(log, logging.INFO, "pointer_fresh", **fields)
+
     def _observe(self) -> None:
+        self._check_freshness()
         statuses = [s for v in self.transfer.versions() if (s := self.transfer.status(v)) is not None]
         downloading = self._target.version if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
@@ -564,6 +587,7 @@ class AgentDaemon:
             "seeding": sorted(s.version for s in statuses if s.state == "seeding"),
             "download": download,
             "last_sequence": self._last_sequence,
+            "pointer": self._freshness.status(),
             "last_swap": self._last_swap,
             "last_error": self._last_error,
             "last_error_at": self._last_error_at,

@@ -9,6 +9,11 @@ name                                        type       meaning
 ``current_version``                         gauge      version ``current`` points at (0: none)
 ``current_version_created_timestamp_seconds``  gauge   its creation time (manifest), Unix s
 ``current_version_age_seconds``             gauge      now minus that creation time
+``pointer_age_seconds``                     gauge      now minus ``issued_at`` of the newest
+                                                       verified latest.json seen (0: none yet)
+``pointer_issued_timestamp_seconds``        gauge      that ``issued_at``, Unix s (0: none yet)
+``pointer_stale``                           gauge      1 while that age exceeds
+                                                       ``watch.max_pointer_age_s`` (> 0)
 ``download_version``                        gauge      version being downloaded (0: none)
 ``download_progress``                       gauge      its verified fraction, 0..1
 ``peers``                                   gauge      connected peers over all transfers
@@ -79,6 +84,21 @@ class AgentMetrics:
             registry=r,
         )
         self.current_age.set_function(self._age)
+        self.pointer_age = Gauge(
+            PREFIX + "pointer_age_seconds",
+            "Seconds since the newest verified latest.json seen was issued (0: none seen yet)",
+            registry=r,
+        )
+        self.pointer_issued = Gauge(
+            PREFIX + "pointer_issued_timestamp_seconds",
+            "issued_at of the newest verified latest.json seen, Unix seconds (0: none seen yet)",
+            registry=r,
+        )
+        self.pointer_stale = Gauge(
+            PREFIX + "pointer_stale",
+            "1 while the newest verified latest.json is older than watch.max_pointer_age_s",
+            registry=r,
+        )
         self.download_version = Gauge(
             PREFIX + "download_version", "Version being downloaded (0: none)", registry=r
         )
@@ -144,6 +164,12 @@ class AgentMetrics:
         self._ready = installed
         self._created_at = created_at if installed else None
         self.current_created.set(self._created_at or 0)
+
+    def set_pointer_freshness(self, issued_at: float | None, age_s: float | None, stale: bool) -> None:
+        """Record the newest verified pointer's issue time and age (None: none seen yet)."""
+        self.pointer_issued.set(issued_at or 0)
+        self.pointer_age.set(age_s or 0.0)
+        self.pointer_stale.set(1 if stale else 0)
 
     def record_swap(self, latency_s: float) -> None:
         """Count one flip of ``current`` and its latency."""

@@ -230,6 +230,23 @@ def _labelled(metrics: dict[str, float], name: str) -> str:
     return ", ".join(parts) or "none"
 
 
+def _pointer_line(pointer: dict[str, Any] | None) -> str:
+    """The newest verified latest.json and its freshness (watch.max_pointer_age_s)."""
+    if not pointer:
+        return "pointer      none seen yet"
+    issued_at = dt.datetime.fromtimestamp(pointer["issued_at"], dt.timezone.utc)
+    issued = issued_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    line = (f"pointer      v{pointer['version']}{' pinned' if pointer.get('pinned') else ''}, "
+            f"sequence {pointer['sequence']}, issued {issued} (age {_duration(pointer['age_s'])})")
+    limit = pointer.get("max_age_s") or 0
+    if pointer.get("stale"):
+        line += (f": STALE, older than {_duration(limit)}: the publisher stopped refreshing latest.json "
+                 "or the origin serves an old one")
+    elif limit:
+        line += f", fresh (limit {_duration(limit)})"
+    return line
+
+
 def format_status(url: str, status: dict[str, Any]) -> str:
     """The /status JSON for a person: one line per topic."""
     m: dict[str, float] = status.get("metrics", {})
@@ -247,6 +264,7 @@ def format_status(url: str, status: dict[str, Any]) -> str:
                      f"(age {_duration(metric('current_version_age_seconds'))})")
     else:
         lines.append("current      none")
+    lines.append(_pointer_line(status.get("pointer")))
     installed = ", ".join(f"v{v}" for v in status.get("installed_versions", [])) or "none"
     seeding = ", ".join(f"v{v}" for v in status.get("seeding", [])) or "none"
     lines.append(f"installed    {installed} (seeding {seeding})")

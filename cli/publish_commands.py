@@ -1,5 +1,5 @@
 """Subcommands that publish and manage versions in the bucket: ``publish``, ``keygen``,
-``pin``, ``unpin``, ``versions`` and ``tracker-sync``.
+``pin``, ``unpin``, ``refresh``, ``versions`` and ``tracker-sync``.
 
 Settings come from ``--config FILE`` (or ``$BLOOMSWARM_CONFIG``), ``BLOOMSWARM_*``
 variables and the flags here, in that order of precedence (see
@@ -35,6 +35,7 @@ from bloomswarm.publisher.config import PublisherConfig, load_config
 from bloomswarm.publisher.fingerprint import source_fingerprint
 from bloomswarm.publisher.pinning import pin, unpin
 from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.publisher.refresh import refresh_latest
 from bloomswarm.publisher.retention import apply_retention
 from bloomswarm.publisher.sources import SourceSpec
 from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
@@ -99,6 +100,13 @@ def register(commands: Any) -> None:
     _add_store_options(unpin_parser)
     _add_signing_key_option(unpin_parser)
     unpin_parser.set_defaults(handler=run_unpin)
+
+    refresh_parser = commands.add_parser(
+        "refresh", help="re-sign latest.json unchanged with a new issued_at (agents' watch.max_pointer_age_s)"
+    )
+    _add_store_options(refresh_parser)
+    _add_signing_key_option(refresh_parser)
+    refresh_parser.set_defaults(handler=run_refresh)
 
     versions = commands.add_parser("versions", help="list the versions in the bucket")
     _add_store_options(versions)
@@ -283,6 +291,17 @@ def run_unpin(args: argparse.Namespace) -> int:
         print("not pinned: latest.json already names the newest version")
     else:
         print(f"unpinned: latest.json -> v{pointer.version} (sequence {pointer.sequence})")
+    return 0
+
+
+def run_refresh(args: argparse.Namespace) -> int:
+    config = load_cli_config(args)
+    signing_key = _signing_key(config)
+    store = _open_store(config)
+    pointer = refresh_latest(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
+    issued = dt.datetime.fromtimestamp(pointer.issued_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    print(f"refreshed: latest.json -> v{pointer.version}{' (pinned)' if pointer.pinned else ''}, "
+          f"sequence {pointer.sequence}, issued {issued}")
     return 0
 
 

@@ -203,7 +203,7 @@ def run_row(row: Row, fixtures: Fixtures, monkeypatch: pytest.MonkeyPatch,
 def test_table_covers_every_command() -> None:
     commands = {row.command for row in ROWS}
     expected = {"bloomswarm", "build", "inspect", "query", "publish", "keygen", "pin", "unpin",
-                "versions", "tracker-sync", "agent run", "agent status", "demo"}
+                "refresh", "versions", "tracker-sync", "agent run", "agent status", "demo"}
     assert expected <= commands, f"no rows for {sorted(expected - commands)}"
 
 
