@@ -210,6 +210,28 @@ def test_pin_holds_the_fleet_and_unpin_releases_it(
     assert capsys.readouterr().out.splitlines()[-1].startswith("not pinned")
 
 
+def test_refresh_re_signs_latest_unchanged_and_a_key_others_can_read_is_refused(
+    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = ["--config", str(fleet.config_file)]
+    assert main(["-q", "refresh", *config]) == 1
+    assert "nothing to refresh: latest.json does not exist" in capsys.readouterr().err
+    for name in ("a", "b"):
+        assert main(["-q", "publish", str(fleet.keys_file(name)), *config]) == 0
+    assert fleet.latest() == (2, 2, False)
+    capsys.readouterr()
+    assert main(["-q", "refresh", *config]) == 0
+    assert capsys.readouterr().out.startswith("refreshed: latest.json -> v2, sequence 3, issued ")
+    assert fleet.latest() == (2, 3, False)
+    assert main(["-q", "pin", "1", *config]) == 0
+    assert main(["-q", "refresh", *config]) == 0
+    assert fleet.latest() == (1, 5, True)  # the pin is kept
+    fleet.key_file.chmod(0o640)
+    assert main(["-q", "refresh", *config]) == 1
+    assert capsys.readouterr().err.endswith(f"(mode 0640): run chmod 600 {fleet.key_file}\n")
+    assert fleet.latest() == (1, 5, True)  # nothing written
+
+
 def test_retention_keeps_the_newest_versions_after_latest_moves(
     fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
