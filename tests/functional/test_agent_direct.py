@@ -29,6 +29,7 @@ from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.publisher.refresh import refresh_latest
 from tests.functional.agent_process import AgentProcess
 from tests.functional.live_reader import LiveReader
 
@@ -252,3 +253,24 @@ class _VisibleFiles(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(5)
+
+
+def test_a_frozen_pointer_is_reported_stale_and_a_refresh_clears_it_without_a_download(fleet: Fleet) -> None:
+    """watch.max_pointer_age_s through a real agent process and moto's S3: the publisher
+    stops signing, the agent reports stale (metric, one log line, /status) and keeps serving;
+    `refresh` re-signs latest.json and the agent is fresh again with no download or swap."""
+    fleet.publish(_keys(1))
+    agent = fleet.agent("a", watch={"max_pointer_age_s": 3.0})
+    agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
+    agent.wait_for("stale", lambda a: a.metric("pointer_stale") == 1, limit_s=30)
+    assert agent.metric("pointer_age_seconds") > 3.0
+    assert agent.http_status("/healthz") == 200 and agent.http_status("/readyz") == 200
+    assert agent.current_version() == 1
+    origin_bytes = agent.metric("bytes_from_origin_total")
+    refresh_latest(fleet.store, KEY, [KEY.public_key()], "functional")
+    agent.wait_for("fresh again", lambda a: "event=pointer_fresh" in a.log(), limit_s=30)
+    assert agent.log().count("event=pointer_stale") in (1, 2)  # the refreshed pointer ages too
+    assert agent.metric("swaps_total") == 1 and agent.current_version() == 1
+    assert agent.metric("bytes_from_origin_total") == origin_bytes
+    assert "event=announcement version=1 sequence=2" in agent.log()
+    assert agent.stop() == 0
