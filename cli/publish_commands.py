@@ -21,7 +21,7 @@ from types import FrameType
 from typing import Any
 
 from bloomswarm.common.errors import BloomswarmError, ConfigError, FormatError, ObjectNotFound
-from bloomswarm.common.manifest import LATEST_KEY
+from bloomswarm.common.manifest import LATEST_KEY, Pointer
 from bloomswarm.common.signing import (
     SigningKey,
     VerifyKey,
@@ -66,6 +66,9 @@ def register(commands: Any) -> None:
                               "no to every key)")
     publish.add_argument("--watch", type=Path, metavar="DIR",
                          help="keep running and publish again after DIR changes (debounced)")
+    publish.add_argument("--refresh", action="store_true",
+                         help="when this run does not move latest.json (unchanged data, a pin), re-sign "
+                              "it unchanged as `bloomswarm refresh` does (agents' watch.max_pointer_age_s)")
     publish.add_argument("--keep", type=positive_int, metavar="K", dest="keep_versions",
                          help="versions retention keeps (default 5)")
     _add_key_options(publish)
@@ -212,6 +215,10 @@ def run_publish(args: argparse.Namespace) -> int:
                      scheduler=args.scheduler, workers=args.workers or None,
                      progress=not args.quiet)
 
+    def refresh() -> None:
+        pointer = refresh_latest(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
+        print(_refreshed(pointer), flush=True)
+
     def publish_once() -> None:
         builder = build_filter(source, spec)
         if builder.key_count == 0 and not args.allow_empty:
@@ -223,6 +230,8 @@ def run_publish(args: argparse.Namespace) -> int:
         if result.status == "unchanged":
             print(f"unchanged: the filter equals v{result.version}, the version latest.json "
                   "names; nothing published (--force publishes anyway)", flush=True)
+            if args.refresh:
+                refresh()
             return
         print(f"published v{result.version}: {config.s3.url}/{manifest.filter_key}, "
               f"{manifest.size:,} bytes, {manifest.filter.key_count:,} keys, "
@@ -235,6 +244,8 @@ def run_publish(args: argparse.Namespace) -> int:
                   "(bloomswarm unpin releases it)", flush=True)
         elif result.latest is not None:
             print(f"latest.json already names v{result.latest.version}: left alone", flush=True)
+        if args.refresh and not result.latest_moved:
+            refresh()
         try:
             plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
         except BloomswarmError as exc:  # the version is out; the next publish retries this
@@ -299,10 +310,14 @@ def run_refresh(args: argparse.Namespace) -> int:
     signing_key = _signing_key(config)
     store = _open_store(config)
     pointer = refresh_latest(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
-    issued = dt.datetime.fromtimestamp(pointer.issued_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    print(f"refreshed: latest.json -> v{pointer.version}{' (pinned)' if pointer.pinned else ''}, "
-          f"sequence {pointer.sequence}, issued {issued}")
+    print(_refreshed(pointer))
     return 0
+
+
+def _refreshed(pointer: Pointer) -> str:
+    issued = dt.datetime.fromtimestamp(pointer.issued_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"refreshed: latest.json -> v{pointer.version}{' (pinned)' if pointer.pinned else ''}, "
+            f"sequence {pointer.sequence}, issued {issued}")
 
 
 def run_versions(args: argparse.Namespace) -> int:

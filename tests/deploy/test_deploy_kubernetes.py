@@ -290,6 +290,21 @@ def test_the_publisher_reads_a_0400_copy_of_the_signing_key_secret(
     assert load_private_key(copy).key_id == load_private_key(_owner_only(secret_file)).key_id
 
 
+def test_the_hourly_publish_refreshes_latest_within_the_agents_pointer_age_limit(
+    builds: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Agents report a pointer older than watch.max_pointer_age_s as stale; the CronJob runs
+    `publish --refresh` hourly, so only missed runs (or a frozen origin) can make it so."""
+    cronjob = _find(builds["base"], "CronJob", "bloomswarm-publisher")
+    assert cronjob["spec"]["schedule"].split()[1:] == ["*", "*", "*", "*"], "hourly"
+    (container,) = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert "--refresh" in container["args"]
+    for overlay in OVERLAYS:
+        loaded = _loaded(builds[overlay], tmp_path / overlay)
+        (agent,) = [config for _, _, _, config in loaded if isinstance(config, AgentConfig)]
+        assert agent.watch.max_pointer_age_s >= 2 * 3600 + cronjob["spec"]["startingDeadlineSeconds"]
+
+
 def _owner_only(path: Path) -> Path:
     path.chmod(0o600)
     return path

@@ -223,13 +223,22 @@ def test_refresh_re_signs_latest_unchanged_and_a_key_others_can_read_is_refused(
     assert main(["-q", "refresh", *config]) == 0
     assert capsys.readouterr().out.startswith("refreshed: latest.json -> v2, sequence 3, issued ")
     assert fleet.latest() == (2, 3, False)
+    assert main(["-q", "publish", str(fleet.keys_file("b")), *config, "--refresh"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("unchanged: the filter equals v2")
+    assert lines[1].startswith("refreshed: latest.json -> v2, sequence 4, issued ")
+    assert fleet.latest() == (2, 4, False)
     assert main(["-q", "pin", "1", *config]) == 0
     assert main(["-q", "refresh", *config]) == 0
-    assert fleet.latest() == (1, 5, True)  # the pin is kept
+    assert fleet.latest() == (1, 6, True)  # the pin is kept
+    assert main(["-q", "publish", str(fleet.keys_file("c")), *config, "--refresh"]) == 0
+    out = capsys.readouterr().out
+    assert "the fleet is pinned at v1" in out and "refreshed: latest.json -> v1 (pinned), sequence 7" in out
+    assert fleet.latest() == (1, 7, True)
     fleet.key_file.chmod(0o640)
     assert main(["-q", "refresh", *config]) == 1
     assert capsys.readouterr().err.endswith(f"(mode 0640): run chmod 600 {fleet.key_file}\n")
-    assert fleet.latest() == (1, 5, True)  # nothing written
+    assert fleet.latest() == (1, 7, True)  # nothing written
 
 
 def test_retention_keeps_the_newest_versions_after_latest_moves(
