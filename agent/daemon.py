@@ -3,6 +3,10 @@
 One thread runs everything (the transfer's own threads aside)::
 
     every poll interval (+ jitter):  source.latest()  -> version_policy.decide()
+                                     (with ``background_polls``, latest() runs on a
+                                     thread of its own and its result is taken at a
+                                     later tick: a slow or hung origin never holds up
+                                     the transfer's ticks or a swap)
     a version to install:            check_capacity() -> transfer.start_download(staging/vN)
     every tick:                      transfer.poll(), transfer.status(vN)
     download finished:               verify_download() -> transfer.remove(vN) -> install_version()
@@ -39,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 from bloomswarm.common.atomic_file import write_atomically
 from bloomswarm.common.datadir import FILTER_FILE, STAGING, current_version, version_dir
@@ -77,6 +81,7 @@ from .verify import CheckFailed, check_file, verify_download
 from .version_policy import Action, decide, next_sequence
 
 log = logging.getLogger("bloomswarm.agent")
+T = TypeVar("T")
 
 RESUME_FILE = ".resume"
 """Resume data of the download in ``staging/vN``."""
@@ -137,6 +142,7 @@ class AgentDaemon:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        background_polls: bool = False,
     ) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir)
@@ -160,6 +166,8 @@ class AgentDaemon:
         self._started = False
         self._nothing_published = False
         self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
+        self._background_polls = background_polls
+        self._pending_poll: _BackgroundCall[Announcement | None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -214,7 +222,11 @@ class AgentDaemon:
             raise RuntimeError("call start() first")
         now = self._clock()
         try:
-            if now >= self._next_poll:
+            pending = self._pending_poll
+            if pending is not None and pending.done():
+                self._pending_poll = None
+                self._take_poll(pending.result, now)
+            if now >= self._next_poll and self._pending_poll is None:
                 self._poll(now)
             self.transfer.poll()
             self._advance(self._clock())
@@ -230,8 +242,15 @@ class AgentDaemon:
 
     def _poll(self, now: float) -> None:
         self._next_poll = now + self._poll_interval()  # also when latest() has a bug
+        if self._background_polls:
+            self._pending_poll = _BackgroundCall(self.source.latest)
+        else:
+            self._take_poll(self.source.latest, now)
+
+    def _take_poll(self, latest: Callable[[], Announcement | None], now: float) -> None:
+        """Act on one poll's outcome: ``latest()`` returns it or raises its error."""
         try:
-            announcement = self.source.latest()
+            announcement = latest()
         except ObjectNotFound as exc:
             self._poll_backoff.reset()
             if not self._nothing_published:  # once, not every poll
@@ -608,3 +627,32 @@ class AgentDaemon:
 
 
 __all__ = ["RESUME_FILE", "AgentDaemon"]
+
+
+class _BackgroundCall(Generic[T]):
+    """``fn()`` on a daemon thread of its own (a hung request never delays the process's
+    exit); :meth:`result` returns its value or raises its exception once :meth:`done`."""
+
+    def __init__(self, fn: Callable[[], T]) -> None:
+        self._done = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn,), name="bloomswarm-poll", daemon=True).start()
+
+    def _run(self, fn: Callable[[], T]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as exc:  # handed to the loop thread by result()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self) -> T:
+        if not self._done.is_set():
+            raise RuntimeError("the call has not finished")
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)

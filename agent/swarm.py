@@ -56,11 +56,13 @@ Rate limits
 ``upload_rate_limit`` and ``download_rate_limit`` cap the whole session. libtorrent
 exempts peers on local networks from limits by default; here every address (IPv4 and
 IPv6) is put into the global peer class with ``set_peer_class_filter``, so the caps hold
-on a data-centre LAN and on loopback. ``origin_rate_limit`` caps the web seed through a
-second peer class ("origin") given to the origin's addresses: the address in the URL,
-or those its host name resolves to (resolved in a background thread before the web seed
-is added). Caveat: a peer that shares an address with the origin (tests on loopback, an
-agent on the object store's host) is capped by it too.
+on a data-centre LAN and on loopback. A second peer class ("origin") is given to the
+origin's addresses: the address in the URL, or those its host name resolves to (resolved
+in a background thread before the web seed is added). It caps the web seed at
+``origin_rate_limit`` and gives it ``origin_download_priority`` times a peer's share of a
+full download link. Caveat: a peer that shares an address with the origin (an agent on
+the object store's host; the local fleet puts its origin on 127.0.0.2 for this) is in
+that class too.
 
 Accounting
 ----------
@@ -104,6 +106,8 @@ import libtorrent as lt
 
 from bloomswarm.common.errors import ConfigError, FormatError
 
+from . import origin_stripes
+from .origin_stripes import Stripes
 from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
 
 log = logging.getLogger("bloomswarm.swarm")
@@ -152,6 +156,11 @@ class SwarmConfig:
     """Cap on all downloads of the session, origin included."""
     origin_rate_limit: int = 0
     """Cap on downloads from the origin (web seed) alone."""
+    origin_download_priority: int = 8
+    """When the download cap is reached, the origin connection's share of it against one
+    peer's (1..255; libtorrent's peer class priority). The origin is the only source of
+    the pieces nobody has yet: behind 30 peers at equal shares it would get 1/31 of the
+    link and hold back the whole fleet."""
     origin_policy: OriginPolicy = "fallback"
     """"fallback": the origin only when the swarm cannot deliver (see the module doc);
     "always": the web seed from the start."""
@@ -169,6 +178,9 @@ class SwarmConfig:
     origin_request_bytes: int = 4 * MIB
     """Largest HTTP range request to the origin (``urlseed_max_request_bytes``). Smaller
     requests let agents that use the origin at the same time overlap less."""
+    origin_stripes: int = 8
+    """Agents that may fetch from the origin at once, each a disjoint stripe of the
+    pieces ("fallback"; see agent/origin_stripes.py). 1: one agent at a time, all pieces."""
     origin_retry_s: float = 10.0
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""
@@ -208,6 +220,10 @@ class SwarmConfig:
         if self.origin_policy not in typing.get_args(OriginPolicy):
             raise ConfigError(f"swarm.origin_policy must be 'fallback' or 'always', "
                               f"got {self.origin_policy!r}")
+        if not 1 <= self.origin_download_priority <= 255:
+            raise ConfigError("swarm.origin_download_priority must be within 1..255")
+        if self.origin_stripes < 1:
+            raise ConfigError("swarm.origin_stripes must be at least 1")
         if self.origin_request_bytes < BLOCK_SIZE:
             raise ConfigError(f"swarm.origin_request_bytes must be at least {BLOCK_SIZE}")
         if self.connections_limit < 2 or self.alert_queue_size < 1000:
@@ -287,7 +303,7 @@ def session_settings(config: SwarmConfig) -> lt.settings_pack:
         "enable_outgoing_tcp": True,
         "enable_incoming_tcp": True,
         "send_buffer_watermark": config.send_buffer_watermark,
-        "send_buffer_low_watermark": min(config.send_buffer_watermark // 4, 1 * MIB),
+        "send_buffer_low_watermark": 64 * KIB,
         "max_out_request_queue": 1500,
         "allow_multiple_connections_per_ip": True,
         "connections_limit": config.connections_limit,
@@ -426,6 +442,8 @@ class _Origin:
     """The URL currently added as web seed, or None when the origin is off."""
     retry_at: float = 0.0
     """Monotonic instant before which the origin is not tried again after a failure."""
+    stripe: int | None = None
+    """The stripe the web seed fetches first, or None: any piece (rarest first)."""
 
 
 @dataclass
@@ -441,6 +459,11 @@ class _Torrent:
     started: float
     """Monotonic instant it was added."""
     origin: _Origin | None = None
+    stripes: Stripes | None = None
+    """How the pieces are dealt into origin stripes (downloads with an origin)."""
+    priorities: list[int] | None = None
+    """Piece priorities last set for a stripe (None: libtorrent's defaults)."""
+    stripe_watch: origin_stripes.StripeWatch | None = None
     accounting: ByteAccounting = field(default_factory=ByteAccounting)
     origin_before: int = 0
     """Bytes from the origin counted by an earlier handle of the same version."""
@@ -572,10 +595,11 @@ class Swarm:
         """Host name -> monotonic instant of its last successful resolution."""
         self._resolving: dict[str, concurrent.futures.Future[set[str]]] = {}
         self._resolver: concurrent.futures.ThreadPoolExecutor | None = None
-        if self.config.origin_rate_limit > 0:
+        if self.config.origin_rate_limit > 0 or self.config.origin_download_priority > 1:
             self._origin_class = int(self._ses.create_peer_class("origin"))
             info = self._ses.get_peer_class(self._origin_class)
             info["download_limit"] = self.config.origin_rate_limit
+            info["download_priority"] = self.config.origin_download_priority
             self._ses.set_peer_class(self._origin_class, info)
         self._apply_peer_class_filter()
 
@@ -841,6 +865,9 @@ class Swarm:
             handle.remove_url_seed(url)
         handle.resume()
         now = self._clock()
+        stripes = None if origin is None else Stripes.for_torrent(
+            info.num_pieces(), info.piece_length(), self.config.origin_request_bytes,
+            self.config.origin_stripes)
         record = _Torrent(
             version=version,
             handle=handle,
@@ -849,6 +876,8 @@ class Swarm:
             seeding=seeding,
             started=now,
             origin=origin,
+            stripes=stripes,
+            stripe_watch=None if stripes is None else origin_stripes.StripeWatch(stripes, now),
             last_peer_progress=now,
             last_rediscovery=now,
         )
@@ -956,17 +985,22 @@ class Swarm:
         if st.state in (lt.torrent_status.checking_files, lt.torrent_status.checking_resume_data):
             return
         peers = [p for p in connections if not _is_web_seed(p)]
-        holding = peers_hold_needed(st.pieces, [(bool(p.flags & lt.peer_info.seed), p.pieces) for p in peers])
+        bitfields = [(bool(p.flags & lt.peer_info.seed), p.pieces) for p in peers]
+        holding = peers_hold_needed(st.pieces, bitfields)
         if not holding:
             self._rediscover(record, now)
         origin = record.origin
         if origin is None:
             return
+        if record.stripe_watch is not None and record.stripe_watch.stripes.stripes > 1:
+            record.stripe_watch.update(st.pieces, bitfields, now)
         on = origin.added is not None
         if self.config.origin_policy == "always":
             want = True
         elif not on and now < self._turn(origin, len(peers)):
             want = False
+        elif self._striped_origin(record, st, bitfields, now):
+            return
         else:
             want = want_origin(
                 origin_on=on,
@@ -981,6 +1015,86 @@ class Swarm:
             origin.turn_from, origin.grace, origin.rank = now, 0.0, self._rng.random()
         elif on:
             self._refresh_url(record, now)
+
+    def _striped_origin(self, record: _Torrent, st: lt.torrent_status,
+                        bitfields: origin_stripes.Bitfields, now: float) -> bool:
+        """The stripe rules (``origin_stripes`` > 1), for a download whose turn has come or
+        whose origin is on. Returns False when the starvation rule decides instead.
+
+        - Off, and a stripe nobody in sight holds a piece of (or one that stopped growing
+          for ``origin_starved_s``: its fetcher left it): take the origin for it.
+          Off, and none: the origin only once peers delivered nothing for
+          ``STALL_FACTOR * origin_starved_s`` (the stripes' fetchers are at work; near the
+          end everyone waits for their last pieces).
+        - On for a stripe that a peer ahead of us also fetches: another unclaimed stripe if
+          any, otherwise off and a new turn (the back-off).
+        - On for a stripe now complete: the next unclaimed stripe if any; otherwise the
+          stripe is dropped and the starvation rule decides whether to stay on.
+        - On for a stripe in progress: its pieces first, other pieces nobody holds never.
+        """
+        origin, stripes = record.origin, record.stripes
+        assert origin is not None
+        if stripes is None or stripes.stripes == 1:
+            return False
+        have = st.pieces
+        if origin.added is None:
+            free = self._free_stripes(record, have, bitfields, now)
+            if not free:
+                if now - record.last_peer_progress >= STALL_FACTOR * self.config.origin_starved_s:
+                    self._origin_on(record, st, len(bitfields), now)
+                return True
+            self._set_stripe(record, self._rng.choice(free), have, bitfields)
+            self._origin_on(record, st, len(bitfields), now)
+            if origin.added is None:  # no usable URL yet
+                self._set_stripe(record, None, have, bitfields)
+            return True
+        if origin.stripe is None:
+            return False
+        if origin_stripes.yields(stripes, have, bitfields, origin.stripe):
+            free = [s for s in self._free_stripes(record, have, bitfields, now) if s != origin.stripe]
+            if free:  # the web seed stays, on another stripe
+                self._set_stripe(record, self._rng.choice(free), have, bitfields)
+                return True
+            self._origin_off(record, f"stripe {origin.stripe} is fetched by another agent")
+            origin.turn_from, origin.grace, origin.rank = now, 0.0, self._rng.random()
+            return True
+        if not origin_stripes.complete(stripes, have, origin.stripe):
+            self._set_stripe(record, origin.stripe, have, bitfields)  # peers' new pieces
+            self._refresh_url(record, now)
+            return True
+        free = self._free_stripes(record, have, bitfields, now)
+        if free:
+            self._set_stripe(record, self._rng.choice(free), have, bitfields)
+            self._refresh_url(record, now)
+        else:
+            self._origin_off(record, f"stripe {origin.stripe} is complete")
+            origin.turn_from, origin.grace, origin.rank = now, 0.0, self._rng.random()
+        return True
+
+    def _free_stripes(self, record: _Torrent, have: Sequence[bool],
+                      bitfields: origin_stripes.Bitfields, now: float) -> list[int]:
+        """Stripes to take: those nobody in sight holds a piece of, else those that
+        stopped growing for ``origin_starved_s`` (their fetcher left them)."""
+        assert record.stripes is not None and record.stripe_watch is not None
+        free = origin_stripes.unclaimed(record.stripes, have, bitfields)
+        return free or record.stripe_watch.stalled(now, self.config.origin_starved_s)
+
+    def _set_stripe(self, record: _Torrent, stripe: int | None, have: Sequence[bool],
+                    bitfields: origin_stripes.Bitfields) -> None:
+        """Piece priorities for the web seed on ``stripe`` (None: every piece the default)."""
+        origin, stripes = record.origin, record.stripes
+        assert origin is not None and stripes is not None
+        if stripe is None:
+            priorities = [origin_stripes.DEFAULT_PRIORITY] * stripes.pieces
+        else:
+            priorities = origin_stripes.priorities(stripes, have, bitfields, stripe)
+        if priorities != record.priorities:
+            with contextlib.suppress(RuntimeError):
+                record.handle.prioritize_pieces(priorities)
+            record.priorities = priorities
+        if stripe != origin.stripe and stripe is not None:
+            log.info("v%d: origin stripe %d of %d", record.version, stripe, stripes.stripes)
+        origin.stripe = stripe
 
     def _turn(self, origin: _Origin, peers: int) -> float:
         """Monotonic instant from which this download may use the origin."""
@@ -1058,6 +1172,8 @@ class Swarm:
             record.snapshot()  # count the web seed's bytes before its connection closes
             record.handle.remove_url_seed(origin.added)
         origin.added = None
+        if origin.stripe is not None:
+            self._set_stripe(record, None, [], [])
         log.info("v%d: origin off (%s; %d B from the origin so far)", record.version, why,
                  record.bytes_from_origin)
 
@@ -1090,8 +1206,9 @@ class Swarm:
         self._ses.set_peer_class_filter(rules)
 
     def _origin_addresses_ready(self, url: str, now: float) -> bool:
-        """With an origin rate limit, whether the URL's addresses are in the origin class
-        (a host name is resolved in the background first). Always True without one."""
+        """With an origin peer class (a rate limit or a priority), whether the URL's
+        addresses are in it (a host name is resolved in the background first). Always True
+        without one."""
         if self._origin_class is None:
             return True
         host, port = _url_host_port(url)

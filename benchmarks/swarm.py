@@ -58,14 +58,12 @@ LOOPBACK_SWARM: dict[str, object] = {
     "origin_stagger_s": 1.0,
     "origin_starved_s": 1.0,
     "origin_request_bytes": 1 * MIB,
-    "unchoke_slots": 4,
 }
-"""[swarm] settings of the P2P fleets (more with ``--swarm``). The origin policy's waits
-are the loopback ones (nobody has a fresh version: the grace only delays the first turn;
-peers connect within a second here). Four unchoke slots instead of 32: the agent that
-takes the origin then feeds a few peers at a quarter of its cap each rather than every
-peer at 1/N, which duplicates less of its upload (8 agents, 64 MiB: 36 s instead of
-38–40 s; 2 slots 33 s; 1 slot starved agents into the origin, 2.4 copies)."""
+"""[swarm] settings of the P2P fleets (more with ``--swarm``); the rest are the agent's
+defaults (8 origin stripes, 32 unchoke slots). The origin policy's waits are the loopback
+ones: nobody has a fresh version, so the grace only delays the first turn, and peers
+connect within a second here. 1 MiB origin requests (4 pieces of 256 KiB): stripes of a
+64 MiB file are then 16 runs of 4 pieces."""
 
 
 @dataclass

@@ -138,7 +138,7 @@ def run_agent(args: argparse.Namespace) -> int:
     source, origin = build_source(config, keys)
     metrics = AgentMetrics()
     transfer = build_transfer(config)
-    daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics)
+    daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics, background_polls=True)
     server = StatusServer(metrics, daemon.status, config.status.host, config.status.port)
     try:
         url = server.start()

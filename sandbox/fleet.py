@@ -39,6 +39,9 @@ from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
 
 Discovery = Literal["tracker", "dht", "auto"]
+ORIGIN_HOST = "127.0.0.2"
+"""The origin proxy's loopback address: apart from the agents' 127.0.0.1, as the object
+store is in production, so the agents' origin peer class holds the origin alone."""
 BUCKET = "bloomswarm-sandbox"
 PREFIX = "fleet"
 PUBLISHER_ID = "sandbox-publisher"
@@ -194,7 +197,8 @@ class LocalFleet(Service):
             self.store = S3ObjectStore(self.s3)
             self.proxy = OriginProxy(endpoint, rate_limit=self.spec.origin_rate_limit,
                                      connection_rate=self.spec.origin_connection_rate,
-                                     fault_rate=self.spec.origin_fault_rate).start()
+                                     fault_rate=self.spec.origin_fault_rate,
+                                     host=ORIGIN_HOST).start()
             private, public = generate_keypair()
             self.signing_key = parse_private_key(private)
             self.public_key_path.write_bytes(public)

@@ -1,4 +1,4 @@
-"""A reverse proxy on 127.0.0.1 in front of the S3 server: the origin as the fleet sees it.
+"""A reverse proxy on loopback in front of the S3 server: the origin as the fleet sees it.
 
 It counts the body bytes of filter files (``.../filter.bsf``) it sends — the origin's
 egress, measured where it leaves the origin — and can shape the origin like a real one:
@@ -121,7 +121,8 @@ class TokenBucket:
 
 
 class OriginProxy(Service):
-    """The proxy; ``start()`` listens on a free port of 127.0.0.1, ``stop()`` closes it."""
+    """The proxy; ``start()`` listens on a free port of ``host`` (a loopback address),
+    ``stop()`` closes it."""
 
     def __init__(
         self,
@@ -133,10 +134,14 @@ class OriginProxy(Service):
         stall_s: float = 5.0,
         seed: int | None = None,
         cache_files: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
         """``cache_files``: keep a copy of each filter file (they are immutable once
         published); False forwards every request, for a test that changes an object in
-        place. The other arguments are described in the module docstring."""
+        place. ``host``: another loopback address (127.0.0.2) gives the origin an address
+        of its own, as in production, so that agents on 127.0.0.1 can tell its connections
+        from their peers' (libtorrent peer classes go by address). The other arguments are
+        described in the module docstring."""
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError("fault_rate must be within 0..1")
         if rate_limit < 0 or connection_rate < 0:
@@ -147,6 +152,7 @@ class OriginProxy(Service):
         self.fault_rate = fault_rate
         self.stall_s = stall_s
         self.cache_files = cache_files
+        self.host = host
         self.bucket = TokenBucket(rate_limit)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
@@ -162,7 +168,7 @@ class OriginProxy(Service):
         """The proxy's base URL (use it as the agents' S3 ``endpoint_url``)."""
         if self._server is None:
             raise RuntimeError("OriginProxy is not running")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self.host}:{self._server.server_address[1]}"
 
     @property
     def filter_bytes(self) -> int:
@@ -324,7 +330,7 @@ class OriginProxy(Service):
 
             do_HEAD = do_PUT = do_POST = do_DELETE = _forward  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((self.host, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="origin-proxy", daemon=True)
         self._thread.start()

@@ -1,0 +1,168 @@
+"""Origin stripes: agents that use the origin at the same time fetch disjoint pieces.
+
+A version's pieces are dealt into ``stripes`` stripes: runs of ``run`` consecutive pieces
+(one origin request's worth), dealt round-robin, so stripe ``s`` holds the pieces ``i``
+with ``(i // run) % stripes == s``. An agent whose turn at the origin comes takes a
+stripe *nobody serves yet* and gives that stripe's pieces top priority, so its web seed
+fetches them first. Fresh pieces then enter the fleet at up to ``stripes`` agents at once
+instead of one. With one origin-fed agent, that agent's upload is the only way out for
+the newest pieces: its peers all ask it for the same few, it sends each several times,
+and the fleet falls behind the origin. With ``k`` stripes each origin-fed agent receives
+``1/k`` of the origin's rate and has ``k`` times its own upload to spread it.
+
+An agent takes a stripe that is *unclaimed* (no piece of it in sight), fetches it first,
+and keeps its web seed off every other piece nobody holds (priority 0), so stripes do
+not overlap at the origin. Of two agents that took the same stripe, the one behind
+moves to another unclaimed stripe or leaves the origin. Pure functions over bitfields,
+no libtorrent: unit-testable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from bitarray import bitarray
+from bitarray.util import zeros
+
+Bitfields = Sequence[tuple[bool, Sequence[bool]]]
+"""Connected peers (web seeds excluded) as ``(is_seed, pieces)``."""
+
+TOP_PRIORITY = 7
+"""libtorrent's highest piece priority: picked before any other, whatever its rarity."""
+DEFAULT_PRIORITY = 4
+"""libtorrent's default piece priority."""
+
+
+@dataclass(frozen=True)
+class Stripes:
+    """How one version's ``pieces`` pieces are dealt into stripes."""
+
+    pieces: int
+    run: int
+    """Consecutive pieces per run (at least 1)."""
+    stripes: int
+    """Number of stripes (at least 1); 1 turns striping off."""
+
+    def __post_init__(self) -> None:
+        if self.pieces < 0 or self.run < 1 or self.stripes < 1:
+            raise ValueError(f"invalid stripes: {self}")
+
+    @classmethod
+    def for_torrent(cls, pieces: int, piece_size: int, request_bytes: int, stripes: int) -> Stripes:
+        """Runs of one origin request (``request_bytes``, whole pieces, at least one);
+        never more stripes than runs."""
+        run = max(1, request_bytes // max(piece_size, 1))
+        runs = max(1, -(-pieces // run))
+        return cls(pieces, run, max(1, min(stripes, runs)))
+
+    def stripe_of(self, piece: int) -> int:
+        return (piece // self.run) % self.stripes
+
+    def mask(self, stripe: int) -> bitarray:
+        """The pieces of ``stripe`` (do not modify: shared)."""
+        return self._masks[stripe]
+
+    @cached_property
+    def _masks(self) -> tuple[bitarray, ...]:
+        masks = []
+        step = self.run * self.stripes
+        for stripe in range(self.stripes):
+            bits = bitarray(self.pieces)
+            bits.setall(False)
+            for start in range(stripe * self.run, self.pieces, step):
+                bits[start:min(start + self.run, self.pieces)] = True
+            masks.append(bits)
+        return tuple(masks)
+
+
+def _bits(pieces: Sequence[bool], length: int) -> bitarray:
+    bits = bitarray(list(pieces[:length]))  # bitarray reads a list of bools in C
+    if len(bits) < length:
+        bits.extend(zeros(length - len(bits)))
+    return bits
+
+
+def held(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> bitarray:
+    """The pieces that we or a connected peer hold."""
+    bits = _bits(have, stripes.pieces)
+    for seed, pieces in peers:
+        if seed:
+            bits.setall(True)
+            return bits
+        bits |= _bits(pieces, stripes.pieces)
+    return bits
+
+
+def unclaimed(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
+    """Stripes of which neither we nor any connected peer hold a piece: nobody in sight
+    fetches them. (A stripe someone fetches has pieces out there at once; one whose
+    fetcher died half-way is left to the starvation rule, which fetches whatever nobody
+    holds.)"""
+    bits = held(stripes, have, peers)
+    return [stripe for stripe in range(stripes.stripes) if not (bits & stripes.mask(stripe)).any()]
+
+
+def held_counts(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
+    """Per stripe, how many of its pieces we or a connected peer hold."""
+    bits = held(stripes, have, peers)
+    return [(bits & stripes.mask(stripe)).count() for stripe in range(stripes.stripes)]
+
+
+class StripeWatch:
+    """Notices stripes that stopped growing: their fetcher left the origin (it yielded on
+    a collision it misjudged, it crashed, or it lost its connection to us) with pieces
+    still missing everywhere. Feed it every tick with :meth:`update`."""
+
+    def __init__(self, stripes: Stripes, now: float) -> None:
+        self.stripes = stripes
+        self._sizes = [stripes.mask(s).count() for s in range(stripes.stripes)]
+        self._counts = [0] * stripes.stripes
+        self._grew = [now] * stripes.stripes
+
+    def update(self, have: Sequence[bool], peers: Bitfields, now: float) -> None:
+        for stripe, count in enumerate(held_counts(self.stripes, have, peers)):
+            if count > self._counts[stripe]:
+                self._grew[stripe] = now
+            self._counts[stripe] = count
+
+    def stalled(self, now: float, after_s: float) -> list[int]:
+        """Stripes partly held, with pieces missing everywhere in sight, that did not grow
+        for ``after_s`` seconds."""
+        return [stripe for stripe in range(self.stripes.stripes)
+                if 0 < self._counts[stripe] < self._sizes[stripe] and now - self._grew[stripe] >= after_s]
+
+
+def priorities(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int) -> list[int]:
+    """Piece priorities while our web seed fetches ``stripe``: its pieces first; other
+    pieces that we or a peer hold at the default; other pieces nobody holds at 0, so the
+    web seed never fetches another stripe's pieces (their own fetchers will)."""
+    bits = held(stripes, have, peers)
+    mask = stripes.mask(stripe)
+    return [TOP_PRIORITY if mask[i] else DEFAULT_PRIORITY if bits[i] else 0 for i in range(stripes.pieces)]
+
+
+def complete(stripes: Stripes, have: Sequence[bool], stripe: int) -> bool:
+    """Whether we hold every piece of ``stripe``."""
+    mask = stripes.mask(stripe)
+    return (_bits(have, stripes.pieces) & mask) == mask
+
+
+def yields(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int) -> bool:
+    """Whether we should leave ``stripe`` to a peer that also fetches it: one that holds a
+    piece of it we lack and more of its pieces than we do (a seed: always). Both sides
+    apply the rule, so of two agents on one stripe the one further ahead keeps it. A
+    third agent that collected pieces from both can make both leave: :class:`StripeWatch`
+    then notices the stripe stalled and someone takes it up again."""
+    mask = stripes.mask(stripe)
+    mine = _bits(have, stripes.pieces) & mask
+    missing = mask & ~mine
+    ours = mine.count()
+    for seed, bits in peers:
+        if seed:
+            return True
+        theirs = _bits(bits, stripes.pieces) & mask
+        if (theirs & missing).any() and theirs.count() > ours:
+            return True
+    return False
