@@ -642,7 +642,7 @@ class _BackgroundCall(Generic[T]):
     def _run(self, fn: Callable[[], T]) -> None:
         try:
             self._value = fn()
-        except BaseException as exc:  # handed to the loop thread by result()
+        except Exception as exc:  # handed to the loop thread by result()
             self._error = exc
         finally:
             self._done.set()

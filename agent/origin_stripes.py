@@ -98,8 +98,7 @@ def held(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> bitarray:
 def unclaimed(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
     """Stripes of which neither we nor any connected peer hold a piece: nobody in sight
     fetches them. (A stripe someone fetches has pieces out there at once; one whose
-    fetcher died half-way is left to the starvation rule, which fetches whatever nobody
-    holds.)"""
+    fetcher left it half-way is found by :class:`StripeWatch`.)"""
     bits = held(stripes, have, peers)
     return [stripe for stripe in range(stripes.stripes) if not (bits & stripes.mask(stripe)).any()]
 
@@ -149,13 +148,17 @@ def complete(stripes: Stripes, have: Sequence[bool], stripe: int) -> bool:
     return (_bits(have, stripes.pieces) & mask) == mask
 
 
-def yields(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int) -> bool:
+def yields(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int,
+           base: bitarray | None = None) -> bool:
     """Whether we should leave ``stripe`` to a peer that also fetches it: one that holds a
-    piece of it we lack and more of its pieces than we do (a seed: always). Both sides
-    apply the rule, so of two agents on one stripe the one further ahead keeps it. A
-    third agent that collected pieces from both can make both leave: :class:`StripeWatch`
-    then notices the stripe stalled and someone takes it up again."""
+    piece of it we lack and more of its pieces than we do (a seed: always). ``base``: the
+    stripe's pieces already in sight when we took it (a stalled stripe), which count for
+    nobody. Both sides apply the rule, so of two agents on one stripe the one further
+    ahead keeps it. A third agent that collected pieces from both can make both leave:
+    :class:`StripeWatch` then notices the stripe stalled and someone takes it up again."""
     mask = stripes.mask(stripe)
+    if base is not None:
+        mask = mask & ~base
     mine = _bits(have, stripes.pieces) & mask
     missing = mask & ~mine
     ours = mine.count()

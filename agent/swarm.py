@@ -60,7 +60,7 @@ on a data-centre LAN and on loopback. A second peer class ("origin") is given to
 origin's addresses: the address in the URL, or those its host name resolves to (resolved
 in a background thread before the web seed is added). It caps the web seed at
 ``origin_rate_limit`` and gives it ``origin_download_priority`` times a peer's share of a
-full download link. Caveat: a peer that shares an address with the origin (an agent on
+download link that is capped (``download_rate_limit``) and full. Caveat: a peer that shares an address with the origin (an agent on
 the object store's host; the local fleet puts its origin on 127.0.0.2 for this) is in
 that class too.
 
@@ -303,7 +303,10 @@ def session_settings(config: SwarmConfig) -> lt.settings_pack:
         "enable_outgoing_tcp": True,
         "enable_incoming_tcp": True,
         "send_buffer_watermark": config.send_buffer_watermark,
-        "send_buffer_low_watermark": 64 * KIB,
+        "send_buffer_low_watermark": min(64 * KIB, config.send_buffer_watermark),
+        # A download whose wanted pieces are done while an origin stripe holds others at
+        # priority 0 is "finished" for a tick: keep its connections to seeds.
+        "close_redundant_connections": False,
         "max_out_request_queue": 1500,
         "allow_multiple_connections_per_ip": True,
         "connections_limit": config.connections_limit,
@@ -444,6 +447,9 @@ class _Origin:
     """Monotonic instant before which the origin is not tried again after a failure."""
     stripe: int | None = None
     """The stripe the web seed fetches first, or None: any piece (rarest first)."""
+    stripe_base: Any = None
+    """The stripe's pieces in sight when we took it (a bitarray): a rival is judged by
+    what it fetched since."""
 
 
 @dataclass
@@ -817,9 +823,12 @@ class Swarm:
         ) != str(info.info_hashes().v2):
             log.warning("v%d: ignoring resume data of another torrent", version)
             return None
-        # Resume data remembers run-time web seeds (an expired URL): drop them.
+        # Resume data remembers run-time web seeds (an expired URL) and the piece priorities
+        # of an origin stripe (0 for pieces nobody held then): start from neither.
         params.url_seeds = []
         params.http_seeds = []
+        params.piece_priorities = []
+        params.file_priorities = []
         return params
 
     def _add(
@@ -865,9 +874,10 @@ class Swarm:
             handle.remove_url_seed(url)
         handle.resume()
         now = self._clock()
-        stripes = None if origin is None else Stripes.for_torrent(
-            info.num_pieces(), info.piece_length(), self.config.origin_request_bytes,
-            self.config.origin_stripes)
+        stripes = None
+        if origin is not None and self.config.origin_policy == "fallback" and self.config.origin_stripes > 1:
+            stripes = Stripes.for_torrent(info.num_pieces(), info.piece_length(),
+                                          self.config.origin_request_bytes, self.config.origin_stripes)
         record = _Torrent(
             version=version,
             handle=handle,
@@ -971,6 +981,7 @@ class Swarm:
             origin.added = None
             origin.url = None
             origin.retry_at = self._clock() + self.config.origin_retry_s
+            self._drop_stripe(record)
 
     # --- the origin policy ------------------------------------------------------------------
 
@@ -992,7 +1003,7 @@ class Swarm:
         origin = record.origin
         if origin is None:
             return
-        if record.stripe_watch is not None and record.stripe_watch.stripes.stripes > 1:
+        if record.stripe_watch is not None:
             record.stripe_watch.update(st.pieces, bitfields, now)
         on = origin.added is not None
         if self.config.origin_policy == "always":
@@ -1021,15 +1032,16 @@ class Swarm:
         """The stripe rules (``origin_stripes`` > 1), for a download whose turn has come or
         whose origin is on. Returns False when the starvation rule decides instead.
 
-        - Off, and a stripe nobody in sight holds a piece of (or one that stopped growing
-          for ``origin_starved_s``: its fetcher left it): take the origin for it.
+        - Off, and a stripe nobody in sight holds a piece of (else one that stopped growing
+          for ``STALL_FACTOR * origin_starved_s``: its fetcher left it): take the origin
+          for it.
           Off, and none: the origin only once peers delivered nothing for
           ``STALL_FACTOR * origin_starved_s`` (the stripes' fetchers are at work; near the
           end everyone waits for their last pieces).
         - On for a stripe that a peer ahead of us also fetches: another unclaimed stripe if
           any, otherwise off and a new turn (the back-off).
-        - On for a stripe now complete: the next unclaimed stripe if any; otherwise the
-          stripe is dropped and the starvation rule decides whether to stay on.
+        - On for a stripe now complete: the next unclaimed stripe if any; otherwise off,
+          and a new turn.
         - On for a stripe in progress: its pieces first, other pieces nobody holds never.
         """
         origin, stripes = record.origin, record.stripes
@@ -1038,19 +1050,18 @@ class Swarm:
             return False
         have = st.pieces
         if origin.added is None:
+            self._drop_stripe(record)
             free = self._free_stripes(record, have, bitfields, now)
-            if not free:
-                if now - record.last_peer_progress >= STALL_FACTOR * self.config.origin_starved_s:
-                    self._origin_on(record, st, len(bitfields), now)
-                return True
-            self._set_stripe(record, self._rng.choice(free), have, bitfields)
+            stalled = now - record.last_peer_progress >= STALL_FACTOR * self.config.origin_starved_s
+            if (not free and not stalled) or self._origin_url(record, now) is None:
+                return True  # nothing to take yet, or no usable URL (retry window, DNS)
+            if free:
+                self._set_stripe(record, self._rng.choice(free), have, bitfields)
             self._origin_on(record, st, len(bitfields), now)
-            if origin.added is None:  # no usable URL yet
-                self._set_stripe(record, None, have, bitfields)
             return True
         if origin.stripe is None:
             return False
-        if origin_stripes.yields(stripes, have, bitfields, origin.stripe):
+        if origin_stripes.yields(stripes, have, bitfields, origin.stripe, origin.stripe_base):
             free = [s for s in self._free_stripes(record, have, bitfields, now) if s != origin.stripe]
             if free:  # the web seed stays, on another stripe
                 self._set_stripe(record, self._rng.choice(free), have, bitfields)
@@ -1074,10 +1085,10 @@ class Swarm:
     def _free_stripes(self, record: _Torrent, have: Sequence[bool],
                       bitfields: origin_stripes.Bitfields, now: float) -> list[int]:
         """Stripes to take: those nobody in sight holds a piece of, else those that
-        stopped growing for ``origin_starved_s`` (their fetcher left them)."""
+        stopped growing for ``STALL_FACTOR * origin_starved_s`` (their fetcher left them)."""
         assert record.stripes is not None and record.stripe_watch is not None
         free = origin_stripes.unclaimed(record.stripes, have, bitfields)
-        return free or record.stripe_watch.stalled(now, self.config.origin_starved_s)
+        return free or record.stripe_watch.stalled(now, STALL_FACTOR * self.config.origin_starved_s)
 
     def _set_stripe(self, record: _Torrent, stripe: int | None, have: Sequence[bool],
                     bitfields: origin_stripes.Bitfields) -> None:
@@ -1094,7 +1105,17 @@ class Swarm:
             record.priorities = priorities
         if stripe != origin.stripe and stripe is not None:
             log.info("v%d: origin stripe %d of %d", record.version, stripe, stripes.stripes)
+            origin.stripe_base = origin_stripes.held(stripes, have, bitfields) & stripes.mask(stripe)
         origin.stripe = stripe
+
+    def _drop_stripe(self, record: _Torrent) -> None:
+        """No stripe, every piece at the default priority (whenever the origin goes off)."""
+        if record.origin is not None:
+            record.origin.stripe = None
+        if record.priorities is not None and record.stripes is not None:
+            with contextlib.suppress(RuntimeError):
+                record.handle.prioritize_pieces([origin_stripes.DEFAULT_PRIORITY] * record.stripes.pieces)
+            record.priorities = None
 
     def _turn(self, origin: _Origin, peers: int) -> float:
         """Monotonic instant from which this download may use the origin."""
@@ -1166,14 +1187,13 @@ class Swarm:
 
     def _origin_off(self, record: _Torrent, why: str) -> None:
         origin = record.origin
+        self._drop_stripe(record)
         if origin is None or origin.added is None:
             return
         with contextlib.suppress(RuntimeError):
             record.snapshot()  # count the web seed's bytes before its connection closes
             record.handle.remove_url_seed(origin.added)
         origin.added = None
-        if origin.stripe is not None:
-            self._set_stripe(record, None, [], [])
         log.info("v%d: origin off (%s; %d B from the origin so far)", record.version, why,
                  record.bytes_from_origin)
 

@@ -38,11 +38,13 @@ class GatedSource:
     def __init__(self, real: HttpAnnouncements) -> None:
         self.real = real
         self.gate = threading.Event()
+        self.entered = threading.Event()
         self.calls = 0
         self.error: Exception | None = None
 
     def latest(self) -> Announcement | None:
         self.calls += 1
+        self.entered.set()
         if not self.gate.wait(30):
             raise AssertionError("the test never opened the gate")
         if self.error is not None:
@@ -75,6 +77,8 @@ def test_the_loop_ticks_while_a_poll_hangs_and_takes_its_announcement_later(
     source = GatedSource(HttpAnnouncements(server.url, list(PUBLIC), timeout_s=5.0))
     daemon, transfer = _daemon(tmp_path, server, source)
     try:
+        daemon.step()
+        assert source.entered.wait(10)
         for _ in range(20):
             daemon.step()
         assert source.calls == 1  # one poll in flight: no second one piles up behind it
