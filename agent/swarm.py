@@ -60,9 +60,9 @@ on a data-centre LAN and on loopback. A second peer class ("origin") is given to
 origin's addresses: the address in the URL, or those its host name resolves to (resolved
 in a background thread before the web seed is added). It caps the web seed at
 ``origin_rate_limit`` and gives it ``origin_download_priority`` times a peer's share of a
-download link that is capped (``download_rate_limit``) and full. Caveat: a peer that shares an address with the origin (an agent on
-the object store's host; the local fleet puts its origin on 127.0.0.2 for this) is in
-that class too.
+download link that is capped (``download_rate_limit``) and full. Caveat: a peer that
+shares an address with the origin (an agent on the object store's host; the local fleet
+puts its origin on 127.0.0.2 for this) is in that class too.
 
 Accounting
 ----------
