@@ -82,6 +82,8 @@ from .version_policy import Action, decide, next_sequence
 
 log = logging.getLogger("bloomswarm.agent")
 T = TypeVar("T")
+SLOW_POLL_S = 30.0
+"""A background poll under way for this long is logged (once) as slow."""
 
 RESUME_FILE = ".resume"
 """Resume data of the download in ``staging/vN``."""
@@ -168,6 +170,7 @@ class AgentDaemon:
         self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
         self._background_polls = background_polls
         self._pending_poll: _BackgroundCall[Announcement | None] | None = None
+        self._slow_poll_logged = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -243,9 +246,23 @@ class AgentDaemon:
     def _poll(self, now: float) -> None:
         self._next_poll = now + self._poll_interval()  # also when latest() has a bug
         if self._background_polls:
-            self._pending_poll = _BackgroundCall(self.source.latest)
+            self._pending_poll = _BackgroundCall(self.source.latest, started_at=now)
+            self._slow_poll_logged = False
         else:
             self._take_poll(self.source.latest, now)
+
+    def _poll_in_flight(self) -> float | None:
+        """Seconds the background poll under way has taken so far (None: none under way).
+        A poll slower than ``SLOW_POLL_S`` is logged once: the origin answers too slowly
+        for the agent to learn of new versions (the client's timeouts bound it)."""
+        pending = self._pending_poll
+        if pending is None:
+            return None
+        elapsed = self._clock() - pending.started_at
+        if elapsed >= SLOW_POLL_S and not self._slow_poll_logged:
+            self._slow_poll_logged = True
+            log_event(log, logging.WARNING, "poll_slow", in_flight_s=round(elapsed, 1))
+        return elapsed
 
     def _take_poll(self, latest: Callable[[], Announcement | None], now: float) -> None:
         """Act on one poll's outcome: ``latest()`` returns it or raises its error."""
@@ -606,6 +623,7 @@ class AgentDaemon:
             "seeding": sorted(s.version for s in statuses if s.state == "seeding"),
             "download": download,
             "last_sequence": self._last_sequence,
+            "poll_in_flight_s": self._poll_in_flight(),
             "pointer": self._freshness.status(),
             "last_swap": self._last_swap,
             "last_error": self._last_error,
@@ -633,7 +651,9 @@ class _BackgroundCall(Generic[T]):
     """``fn()`` on a daemon thread of its own (a hung request never delays the process's
     exit); :meth:`result` returns its value or raises its exception once :meth:`done`."""
 
-    def __init__(self, fn: Callable[[], T]) -> None:
+    def __init__(self, fn: Callable[[], T], *, started_at: float) -> None:
+        self.started_at = started_at
+        """When the call started (the caller's clock)."""
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None

@@ -83,9 +83,12 @@ def test_the_loop_ticks_while_a_poll_hangs_and_takes_its_announcement_later(
             daemon.step()
         assert source.calls == 1  # one poll in flight: no second one piles up behind it
         assert transfer.ticks >= 20  # the loop went on
+        assert daemon.status()["poll_in_flight_s"] is not None  # reported while it hangs
         assert not installed(daemon, 1)
         source.gate.set()
         run_until(daemon, lambda: installed(daemon, 1))
+        run_until(daemon, lambda: daemon.status()["poll_in_flight_s"] is None
+                  or daemon.status()["poll_in_flight_s"] < 1.0)
     finally:
         source.gate.set()
         daemon.shutdown()
