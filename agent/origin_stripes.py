@@ -99,8 +99,7 @@ def unclaimed(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[
     """Stripes of which neither we nor any connected peer hold a piece: nobody in sight
     fetches them. (A stripe someone fetches has pieces out there at once; one whose
     fetcher left it half-way is found by :class:`StripeWatch`.)"""
-    bits = held(stripes, have, peers)
-    return [stripe for stripe in range(stripes.stripes) if not (bits & stripes.mask(stripe)).any()]
+    return [stripe for stripe, count in enumerate(held_counts(stripes, have, peers)) if count == 0]
 
 
 def held_counts(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
@@ -125,6 +124,10 @@ class StripeWatch:
             if count > self._counts[stripe]:
                 self._grew[stripe] = now
             self._counts[stripe] = count
+
+    def unclaimed(self) -> list[int]:
+        """:func:`unclaimed` as of the last :meth:`update`."""
+        return [stripe for stripe, count in enumerate(self._counts) if count == 0]
 
     def stalled(self, now: float, after_s: float) -> list[int]:
         """Stripes partly held, with pieces missing everywhere in sight, that did not grow

@@ -103,6 +103,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import libtorrent as lt
+from bitarray import bitarray
 
 from bloomswarm.common.errors import ConfigError, FormatError
 
@@ -447,7 +448,7 @@ class _Origin:
     """Monotonic instant before which the origin is not tried again after a failure."""
     stripe: int | None = None
     """The stripe the web seed fetches first, or None: any piece (rarest first)."""
-    stripe_base: Any = None
+    stripe_base: bitarray | None = None
     """The stripe's pieces in sight when we took it (a bitarray): a rival is judged by
     what it fetched since."""
 
@@ -465,11 +466,11 @@ class _Torrent:
     started: float
     """Monotonic instant it was added."""
     origin: _Origin | None = None
-    stripes: Stripes | None = None
-    """How the pieces are dealt into origin stripes (downloads with an origin)."""
+    stripe_watch: origin_stripes.StripeWatch | None = None
+    """The download's origin stripes and their growth ("fallback" with more than one
+    stripe; None otherwise)."""
     priorities: list[int] | None = None
     """Piece priorities last set for a stripe (None: libtorrent's defaults)."""
-    stripe_watch: origin_stripes.StripeWatch | None = None
     accounting: ByteAccounting = field(default_factory=ByteAccounting)
     origin_before: int = 0
     """Bytes from the origin counted by an earlier handle of the same version."""
@@ -886,7 +887,6 @@ class Swarm:
             seeding=seeding,
             started=now,
             origin=origin,
-            stripes=stripes,
             stripe_watch=None if stripes is None else origin_stripes.StripeWatch(stripes, now),
             last_peer_progress=now,
             last_rediscovery=now,
@@ -1044,14 +1044,15 @@ class Swarm:
           and a new turn.
         - On for a stripe in progress: its pieces first, other pieces nobody holds never.
         """
-        origin, stripes = record.origin, record.stripes
+        origin, watch = record.origin, record.stripe_watch
         assert origin is not None
-        if stripes is None or stripes.stripes == 1:
+        if watch is None or watch.stripes.stripes == 1:
             return False
+        stripes = watch.stripes
         have = st.pieces
         if origin.added is None:
             self._drop_stripe(record)
-            free = self._free_stripes(record, have, bitfields, now)
+            free = self._free_stripes(record, now)
             stalled = now - record.last_peer_progress >= STALL_FACTOR * self.config.origin_starved_s
             if (not free and not stalled) or self._origin_url(record, now) is None:
                 return True  # nothing to take yet, or no usable URL (retry window, DNS)
@@ -1062,7 +1063,7 @@ class Swarm:
         if origin.stripe is None:
             return False
         if origin_stripes.yields(stripes, have, bitfields, origin.stripe, origin.stripe_base):
-            free = [s for s in self._free_stripes(record, have, bitfields, now) if s != origin.stripe]
+            free = [s for s in self._free_stripes(record, now) if s != origin.stripe]
             if free:  # the web seed stays, on another stripe
                 self._set_stripe(record, self._rng.choice(free), have, bitfields)
                 return True
@@ -1073,7 +1074,7 @@ class Swarm:
             self._set_stripe(record, origin.stripe, have, bitfields)  # peers' new pieces
             self._refresh_url(record, now)
             return True
-        free = self._free_stripes(record, have, bitfields, now)
+        free = self._free_stripes(record, now)
         if free:
             self._set_stripe(record, self._rng.choice(free), have, bitfields)
             self._refresh_url(record, now)
@@ -1082,28 +1083,26 @@ class Swarm:
             origin.turn_from, origin.grace, origin.rank = now, 0.0, self._rng.random()
         return True
 
-    def _free_stripes(self, record: _Torrent, have: Sequence[bool],
-                      bitfields: origin_stripes.Bitfields, now: float) -> list[int]:
-        """Stripes to take: those nobody in sight holds a piece of, else those that
-        stopped growing for ``STALL_FACTOR * origin_starved_s`` (their fetcher left them)."""
-        assert record.stripes is not None and record.stripe_watch is not None
-        free = origin_stripes.unclaimed(record.stripes, have, bitfields)
-        return free or record.stripe_watch.stalled(now, STALL_FACTOR * self.config.origin_starved_s)
+    def _free_stripes(self, record: _Torrent, now: float) -> list[int]:
+        """Stripes to take (as of this tick's :meth:`StripeWatch.update`): those nobody in
+        sight holds a piece of, else those that stopped growing for ``STALL_FACTOR *
+        origin_starved_s`` (their fetcher left them)."""
+        watch = record.stripe_watch
+        assert watch is not None
+        return watch.unclaimed() or watch.stalled(now, STALL_FACTOR * self.config.origin_starved_s)
 
-    def _set_stripe(self, record: _Torrent, stripe: int | None, have: Sequence[bool],
+    def _set_stripe(self, record: _Torrent, stripe: int, have: Sequence[bool],
                     bitfields: origin_stripes.Bitfields) -> None:
-        """Piece priorities for the web seed on ``stripe`` (None: every piece the default)."""
-        origin, stripes = record.origin, record.stripes
-        assert origin is not None and stripes is not None
-        if stripe is None:
-            priorities = [origin_stripes.DEFAULT_PRIORITY] * stripes.pieces
-        else:
-            priorities = origin_stripes.priorities(stripes, have, bitfields, stripe)
+        """Piece priorities for the web seed on ``stripe``."""
+        origin, watch = record.origin, record.stripe_watch
+        assert origin is not None and watch is not None
+        stripes = watch.stripes
+        priorities = origin_stripes.priorities(stripes, have, bitfields, stripe)
         if priorities != record.priorities:
             with contextlib.suppress(RuntimeError):
                 record.handle.prioritize_pieces(priorities)
             record.priorities = priorities
-        if stripe != origin.stripe and stripe is not None:
+        if stripe != origin.stripe:
             log.info("v%d: origin stripe %d of %d", record.version, stripe, stripes.stripes)
             origin.stripe_base = origin_stripes.held(stripes, have, bitfields) & stripes.mask(stripe)
         origin.stripe = stripe
@@ -1112,9 +1111,9 @@ class Swarm:
         """No stripe, every piece at the default priority (whenever the origin goes off)."""
         if record.origin is not None:
             record.origin.stripe = None
-        if record.priorities is not None and record.stripes is not None:
+        if record.priorities is not None:
             with contextlib.suppress(RuntimeError):
-                record.handle.prioritize_pieces([origin_stripes.DEFAULT_PRIORITY] * record.stripes.pieces)
+                record.handle.prioritize_pieces([origin_stripes.DEFAULT_PRIORITY] * len(record.priorities))
             record.priorities = None
 
     def _turn(self, origin: _Origin, peers: int) -> float:
