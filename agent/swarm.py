@@ -88,26 +88,25 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import ipaddress
 import logging
 import random
 import socket
 import time
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
 import libtorrent as lt
 from bitarray import bitarray
 
-from bloomswarm.common.errors import ConfigError, FormatError
+from bloomswarm.common.errors import FormatError
 
 from . import origin_stripes
+from .config import SwarmConfig
 from .origin_stripes import Stripes
 from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
 
@@ -115,183 +114,8 @@ log = logging.getLogger("bloomswarm.swarm")
 
 KIB = 1024
 MIB = 1024 * KIB
-BLOCK_SIZE = 16 * KIB
-"""libtorrent's transfer unit: every piece is requested in blocks of this size."""
 RESOLVE_TTL_S = 300.0
 """Seconds before the addresses of an origin host name are looked up again."""
-
-OriginPolicy = Literal["fallback", "always"]
-
-
-@dataclass(frozen=True)
-class SwarmConfig:
-    """Settings of the libtorrent session (the agent's ``[swarm]`` table).
-
-    Every default is here and nowhere else. Rates are bytes per second, 0 for no limit.
-    """
-
-    listen_interfaces: str = "0.0.0.0:6881,[::]:6881"
-    """libtorrent ``listen_interfaces``: comma-separated ``address:port`` (TCP, and UDP for
-    the DHT). Port 0 picks a free port (:meth:`Swarm.listen_port` tells which)."""
-    trackers: tuple[str, ...] = ()
-    """Tracker announce URLs added to every torrent."""
-    torrent_trackers: bool = False
-    """Also announce to the trackers listed in the ``.torrent``. Off by default: that list
-    lies outside the info dictionary, so the signed info-hash does not cover it, and
-    someone who can write to the bucket could send agents to a tracker of theirs."""
-    enable_dht: bool = True
-    """Find peers through the DHT (trackerless)."""
-    dht_bootstrap_nodes: tuple[str, ...] = ()
-    """``host:port`` of DHT nodes to join through (other agents); empty: the DHT starts
-    alone until another node contacts it. Public routers are never used."""
-    dht_restrict_ips: bool = True
-    """libtorrent's per-address DHT defences: one node per IP address in routing tables
-    and searches, and an address that sends more than 5 DHT packets/s is ignored for 5
-    minutes. Turn off when several agents share an address (tests on loopback, NAT):
-    otherwise the bootstrap node blocks them all as one flooding address."""
-    enable_lsd: bool = False
-    """Local Service Discovery: multicast announces on the LAN."""
-    upload_rate_limit: int = 0
-    """Cap on all uploads of the session."""
-    download_rate_limit: int = 0
-    """Cap on all downloads of the session, origin included."""
-    origin_rate_limit: int = 0
-    """Cap on downloads from the origin (web seed) alone."""
-    origin_download_priority: int = 8
-    """When the download cap is reached, the origin connection's share of it against one
-    peer's (1..255; libtorrent's peer class priority). The origin is the only source of
-    the pieces nobody has yet: behind 30 peers at equal shares it would get 1/31 of the
-    link and hold back the whole fleet."""
-    origin_policy: OriginPolicy = "fallback"
-    """"fallback": the origin only when the swarm cannot deliver (see the module doc);
-    "always": the web seed from the start."""
-    origin_grace_s: float = 5.0
-    """Seconds after a download starts before the origin may be used ("fallback"): time
-    to find peers that may already have the version."""
-    origin_stagger_s: float = 2.0
-    """Expected seconds between two agents' turns at the origin ("fallback"): a download
-    of rank u waits ``grace + u * stagger * (connected peers + 1)``."""
-    origin_max_delay_s: float = 60.0
-    """Cap of the staggered part of that wait (large swarms)."""
-    origin_starved_s: float = 2.0
-    """A download is starved when no payload byte came from a peer for this long (and no
-    peer holds a piece it needs)."""
-    origin_request_bytes: int = 4 * MIB
-    """Largest HTTP range request to the origin (``urlseed_max_request_bytes``). Smaller
-    requests let agents that use the origin at the same time overlap less."""
-    origin_stripes: int = 8
-    """Agents that may fetch from the origin at once, each a disjoint stripe of the
-    pieces ("fallback"; see agent/origin_stripes.py). 1: one agent at a time, all pieces."""
-    origin_retry_s: float = 10.0
-    """After the origin failed (an HTTP error, a URL that could not be made), seconds
-    before trying again with a fresh URL."""
-    origin_url_refresh_s: float = 300.0
-    """A URL with an expiry is replaced this many seconds before it expires (or at half
-    its remaining lifetime, whichever comes first)."""
-    allow_private_origin: bool = False
-    """Turn libtorrent's ``ssrf_mitigation`` off, so that a web seed URL with a query
-    string (a presigned URL) may point to a private or loopback address. Only for an
-    origin on a private network (MinIO on the LAN, tests)."""
-    connections_limit: int = 500
-    """Most peer connections of the session."""
-    unchoke_slots: int = 32
-    """Peers uploaded to at the same time (-1: every interested peer)."""
-    send_buffer_watermark: int = 8 * MIB
-    """Bytes queued per peer connection before reading more from disk: large buffers
-    keep a fast LAN link busy (16 MB/s with libtorrent's default, 160 MB/s with 8 MiB
-    on one loopback pair)."""
-    peer_rediscovery_s: float = 15.0
-    """While no connected peer holds a piece a download needs, re-announce it to the
-    trackers and the DHT (to find agents that joined since): after 1 s, 2 s, 4 s, ...
-    at most this far apart."""
-    alert_queue_size: int = 10_000
-    """libtorrent alerts kept between two polls (errors, state changes, hash failures)."""
-    user_agent: str = "bloomswarm"
-    """HTTP User-Agent of requests to the origin and HTTP trackers."""
-
-    def __post_init__(self) -> None:
-        for name in ("upload_rate_limit", "download_rate_limit", "origin_rate_limit"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"swarm.{name} must be 0 (unlimited) or positive")
-        for name in ("origin_grace_s", "origin_stagger_s", "origin_max_delay_s",
-                     "origin_starved_s", "origin_retry_s",
-                     "origin_url_refresh_s", "peer_rediscovery_s"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"swarm.{name} must not be negative")
-        if self.origin_policy not in typing.get_args(OriginPolicy):
-            raise ConfigError(f"swarm.origin_policy must be 'fallback' or 'always', "
-                              f"got {self.origin_policy!r}")
-        if not 1 <= self.origin_download_priority <= 255:
-            raise ConfigError("swarm.origin_download_priority must be within 1..255")
-        if self.origin_stripes < 1:
-            raise ConfigError("swarm.origin_stripes must be at least 1")
-        if self.origin_request_bytes < BLOCK_SIZE:
-            raise ConfigError(f"swarm.origin_request_bytes must be at least {BLOCK_SIZE}")
-        if self.connections_limit < 2 or self.alert_queue_size < 1000:
-            raise ConfigError("swarm.connections_limit must be >= 2, alert_queue_size >= 1000")
-        if self.unchoke_slots == 0 or self.unchoke_slots < -1:
-            raise ConfigError("swarm.unchoke_slots must be positive or -1 (unlimited)")
-        if self.send_buffer_watermark < 16 * KIB:
-            raise ConfigError("swarm.send_buffer_watermark must be at least 16 KiB")
-        if not self.listen_interfaces.strip():
-            raise ConfigError("swarm.listen_interfaces must not be empty")
-        for node in self.dht_bootstrap_nodes:
-            host, _, port = node.rpartition(":")
-            if not host or not port.isdigit():
-                raise ConfigError(f"swarm.dht_bootstrap_nodes: {node!r} is not host:port")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> SwarmConfig:
-        """Build from a ``[swarm]`` table: TOML values, or strings from the environment
-        (numbers, ``true``/``false``, comma-separated lists). Raises ConfigError naming an
-        unknown key or a value of the wrong type."""
-        hints = typing.get_type_hints(cls)
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"unknown setting swarm.{key}")
-            kwargs[key] = _coerce(f"swarm.{key}", hints[key], value)
-        return cls(**kwargs)
-
-
-def _coerce(name: str, kind: Any, value: Any) -> Any:
-    """``value`` as ``kind`` (bool, int, float, str, tuple[str, ...] or a Literal)."""
-    wrong = ConfigError(f"{name}: {value!r} is not a valid {getattr(kind, '__name__', kind)}")
-    if typing.get_origin(kind) is Literal:
-        if value not in typing.get_args(kind):
-            raise wrong
-        return value
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
-            return False
-        raise wrong
-    if kind is int or kind is float:
-        if isinstance(value, bool):
-            raise wrong
-        if isinstance(value, int) or (kind is float and isinstance(value, float)):
-            return kind(value)
-        if isinstance(value, str):
-            try:
-                return kind(value.strip())
-            except ValueError:
-                raise wrong from None
-        raise wrong
-    if kind is str:
-        if not isinstance(value, str):
-            raise wrong
-        return value
-    if typing.get_origin(kind) is tuple:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            raise wrong
-        return tuple(i.strip() for i in items if i.strip())
-    raise wrong  # pragma: no cover - every field type is handled above
-
 
 def session_settings(config: SwarmConfig) -> lt.settings_pack:
     """The libtorrent ``settings_pack`` for ``config`` (exposed for tests and docs)."""

@@ -16,7 +16,7 @@ from bloomswarm.agent.config import (
     env_name,
     load_config,
 )
-from bloomswarm.agent.swarm import SwarmConfig
+from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.common.errors import ConfigError
 
 BASIC = """

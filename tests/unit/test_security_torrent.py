@@ -40,7 +40,7 @@ def test_injected_web_seed_keeps_the_info_hash_so_the_gate_cannot_see_it(tmp_pat
 
 
 def test_the_agent_drops_web_seeds_written_into_a_torrent(tmp_path: Path) -> None:
-    from bloomswarm.agent.swarm import SwarmConfig
+    from bloomswarm.agent.config import SwarmConfig
 
     _published, tampered = _torrent_with_injected_web_seed(tmp_path)
     swarm = Swarm(SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False))
@@ -53,7 +53,7 @@ def test_the_agent_drops_web_seeds_written_into_a_torrent(tmp_path: Path) -> Non
 
 def _announced(torrent_trackers: bool, tmp_path: Path) -> list[str]:
     """The trackers a Swarm announces to for a torrent listing ``TORRENT_TRACKER``."""
-    from bloomswarm.agent.swarm import SwarmConfig
+    from bloomswarm.agent.config import SwarmConfig
 
     path = tmp_path / "filter.bsf"
     path.write_bytes(bytes(range(256)) * 256)
