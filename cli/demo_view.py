@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, TextIO
@@ -200,10 +200,13 @@ class PlainView:
     """The view for logs and CI: events as lines, and a progress line every few seconds
     while a round is in progress."""
 
-    def __init__(self, out: TextIO | None = None, interval_s: float = PLAIN_INTERVAL_S) -> None:
+    def __init__(self, out: TextIO | None = None, interval_s: float = PLAIN_INTERVAL_S,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
         self.out = out or sys.stdout
         self.interval_s = interval_s
-        self._last = 0.0
+        self._clock = clock
+        self._last: float | None = None
+        """Monotonic instant of the last progress line; None before the first."""
 
     def __enter__(self) -> PlainView:
         return self
@@ -215,9 +218,11 @@ class PlainView:
         print(text, file=self.out, flush=True)
 
     def update(self, state: DemoState) -> None:
-        now = time.monotonic()
+        now = self._clock()
         current = state.current
-        if current is None or not current.announced_at or now - self._last < self.interval_s:
+        if current is None or not current.announced_at:
+            return
+        if self._last is not None and now - self._last < self.interval_s:
             return
         self._last = now
         downloading = [v for v in state.views if v.version is None or v.version < current.version]

@@ -258,6 +258,22 @@ def test_plain_view_prints_events_and_periodic_progress_lines() -> None:
     assert len(quiet_out.getvalue().splitlines()) == 1
 
 
+def test_plain_view_prints_its_first_progress_line_on_a_freshly_booted_machine() -> None:
+    # time.monotonic() counts from boot: a view that started its last-print time at 0.0
+    # printed nothing during the first interval after boot.
+    now = [5.0]  # five seconds after boot
+    out = io.StringIO()
+    view = PlainView(out, interval_s=3600.0, clock=lambda: now[0])
+    state = DemoState(agents=1, rounds=1, client_agent="agent0", current=_round(swaps={}),
+                      views=[_view("agent0", 1, download={"version": 2, "progress": 0.5})])
+    view.update(state)
+    now[0] += 3599.0
+    view.update(state)
+    now[0] += 1.0
+    view.update(state)
+    assert len(out.getvalue().splitlines()) == 2
+
+
 def test_size_text() -> None:
     assert [size_text(n) for n in (0, 1023, 2048, 6_184_960, 3 * 2**30)] == [
         "0 B", "1023 B", "2 KiB", "5.9 MiB", "3.0 GiB"]
