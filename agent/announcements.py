@@ -27,8 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key_of
 from bloomswarm.common.errors import FormatError, ObjectNotFound, StorageError, VerificationError
-from bloomswarm.common.manifest import LATEST_KEY, Manifest, Pointer, open_pointer, verify_manifest
+from bloomswarm.common.manifest import Manifest, verify_manifest
+from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import StoredObject
 
@@ -182,7 +184,7 @@ class ObjectStoreAnnouncements:
         if self._verified is not None and self._verified[0] == named:
             return self._verified[1:]
         manifest = self._fetch(pointer.manifest_key)
-        signature = self._fetch(pointer.manifest_key + ".sig")
+        signature = self._fetch(signature_key_of(pointer.manifest_key))
         verified = _checked(
             "manifest_signature",
             lambda: verify_manifest(manifest, signature, self._keys, expected_version=pointer.version),

@@ -20,16 +20,15 @@ environment upper-cases it with ``_`` for ``.`` behind ``BLOOMSWARM_AGENT_``::
     poll_interval_s = 2.0                               # BLOOMSWARM_AGENT_WATCH_POLL_INTERVAL_S
 
 The ``[s3]`` table takes every field of :class:`~bloomswarm.common.storage.S3Config`;
-credentials come from boto3's standard chain, never from here. ``[swarm]`` is handed to
-:class:`SwarmConfig`, which checks its own values. docs/agent.md
-lists every setting. An unknown setting — in the file or as a ``BLOOMSWARM_AGENT_*``
-variable — or a value of the wrong type raises ConfigError naming it.
-:mod:`bloomswarm.common.settings` does the reading and checking for both components.
+credentials come from boto3's standard chain, never from here. docs/agent.md lists every
+setting. An unknown setting — in the file or as a ``BLOOMSWARM_AGENT_*`` variable — or a
+value of the wrong type (nan or inf where a number belongs, a string where a bool does)
+raises ConfigError naming it, in every table alike: :mod:`bloomswarm.common.settings`
+does the reading and checking for both components; the dataclasses check ranges.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,7 +94,7 @@ class SwarmConfig:
     the pieces nobody has yet: behind 30 peers at equal shares it would get 1/31 of the
     link and hold back the whole fleet."""
     origin_policy: OriginPolicy = "fallback"
-    """"fallback": the origin only when the swarm cannot deliver (see the module doc);
+    """"fallback": the origin only when the swarm cannot deliver (agent/origin_policy.py and docs/origin-policy.md);
     "always": the web seed from the start."""
     origin_grace_s: float = 5.0
     """Seconds after a download starts before the origin may be used ("fallback"): time
@@ -171,59 +170,6 @@ class SwarmConfig:
             host, _, port = node.rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigError(f"swarm.dht_bootstrap_nodes: {node!r} is not host:port")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> SwarmConfig:
-        """Build from a ``[swarm]`` table: TOML values, or strings from the environment
-        (numbers, ``true``/``false``, comma-separated lists). Raises ConfigError naming an
-        unknown key or a value of the wrong type."""
-        hints = typing.get_type_hints(cls)
-        known = {f.name for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in values.items():
-            if key not in known:
-                raise ConfigError(f"unknown setting swarm.{key}")
-            kwargs[key] = _coerce(f"swarm.{key}", hints[key], value)
-        return cls(**kwargs)
-
-
-def _coerce(name: str, kind: Any, value: Any) -> Any:
-    """``value`` as ``kind`` (bool, int, float, str, tuple[str, ...] or a Literal)."""
-    wrong = ConfigError(f"{name}: {value!r} is not a valid {getattr(kind, '__name__', kind)}")
-    if typing.get_origin(kind) is Literal:
-        if value not in typing.get_args(kind):
-            raise wrong
-        return value
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "1", "yes", "on"):
-            return True
-        if isinstance(value, str) and value.strip().lower() in ("false", "0", "no", "off"):
-            return False
-        raise wrong
-    if kind is int or kind is float:
-        if isinstance(value, bool):
-            raise wrong
-        if isinstance(value, int) or (kind is float and isinstance(value, float)):
-            return kind(value)
-        if isinstance(value, str):
-            try:
-                return kind(value.strip())
-            except ValueError:
-                raise wrong from None
-        raise wrong
-    if kind is str:
-        if not isinstance(value, str):
-            raise wrong
-        return value
-    if typing.get_origin(kind) is tuple:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-            raise wrong
-        return tuple(i.strip() for i in items if i.strip())
-    raise wrong  # pragma: no cover - every field type is handled above
-
 
 
 @dataclass(frozen=True)
@@ -363,8 +309,7 @@ class AgentConfig:
     direct: DirectConfig = field(default_factory=DirectConfig)
     """The direct transfer's settings (``[direct]`` table)."""
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
-    """The libtorrent transfer's settings (``[swarm]`` table; agent/swarm.py documents
-    them and checks their values)."""
+    """The libtorrent transfer's settings (``[swarm]`` table)."""
 
     def __post_init__(self) -> None:
         if not self.public_keys:
@@ -384,8 +329,7 @@ _LOADER = SettingsLoader(
 )
 
 TABLES: dict[str, Any] = _LOADER.tables
-"""Table name -> the dataclass it builds. A dataclass with a ``from_mapping`` classmethod
-(SwarmConfig) checks and converts its own values, from TOML or from environment strings."""
+"""Table name -> the dataclass it builds."""
 
 SETTINGS: dict[str, Any] = _LOADER.settings
 """Dotted setting name -> the type its value must have."""
@@ -394,6 +338,14 @@ SETTINGS: dict[str, Any] = _LOADER.settings
 def env_name(setting: str) -> str:
     """The environment variable of a setting: "s3.bucket" -> "BLOOMSWARM_AGENT_S3_BUCKET"."""
     return _LOADER.env_name(setting)
+
+
+def swarm_config(values: Mapping[str, object], *, where: str = "[swarm]") -> SwarmConfig:
+    """A :class:`SwarmConfig` from the keys and values of a ``[swarm]`` table (TOML values:
+    lists, not comma-separated strings), checked like the agent's file; ConfigError names
+    ``where`` and the setting. For processes that run a swarm without an agent."""
+    config: SwarmConfig = _LOADER.load_table("swarm", values, where)
+    return config
 
 
 def load_config(
@@ -436,7 +388,9 @@ __all__ = [
     "InstallConfig",
     "OriginConfig",
     "StatusConfig",
+    "SwarmConfig",
     "WatchConfig",
     "env_name",
     "load_config",
+    "swarm_config",
 ]

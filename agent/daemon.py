@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from bloomswarm.common.atomic_file import write_atomically
-from bloomswarm.common.datadir import FILTER_FILE, STAGING, current_version, version_dir
+from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import BloomswarmError, FormatError, ObjectNotFound
 from bloomswarm.common.header import read_header
 from bloomswarm.common.manifest import Manifest
@@ -58,19 +58,16 @@ from .config import AgentConfig
 from .freshness import PointerFreshness
 from .gc import collect_garbage, installed_versions
 from .install import (
-    MANIFEST_FILE,
-    SIGNATURE_FILE,
-    TORRENT_FILE,
     DownloadRefused,
+    InstalledDocuments,
     activate,
     check_capacity,
     install_version,
     is_installed,
     prepare_data_dir,
+    read_if_present,
     read_last_sequence,
-    read_metadata,
     remove_tree,
-    staging_dir,
     write_last_sequence,
 )
 from .logfmt import log_event, logfmt
@@ -85,15 +82,6 @@ T = TypeVar("T")
 SLOW_POLL_S = 30.0
 """A background poll under way for this long is logged (once) as slow."""
 
-RESUME_FILE = ".resume"
-"""Resume data of the download in ``staging/vN``."""
-_DOCUMENTS = {
-    "pointer_envelope": ".latest.json",
-    "manifest": ".manifest.json",
-    "manifest_signature": ".manifest.json.sig",
-    "torrent": ".filter.torrent",
-}
-"""The announcement's signed documents, kept in ``staging/vN`` to resume after a restart."""
 TICK_S = 0.2
 """Seconds between two iterations of the loop."""
 
@@ -148,6 +136,7 @@ class AgentDaemon:
     ) -> None:
         self.config = config
         self.data_dir = Path(config.data_dir)
+        self.layout = DataDir(self.data_dir)
         self.source = source
         self.transfer = transfer
         self.origin = origin
@@ -189,9 +178,9 @@ class AgentDaemon:
         clean leftovers. Raises FormatError when state.json is malformed."""
         prepare_data_dir(self.data_dir)
         self._last_sequence = read_last_sequence(self.data_dir)
-        current = current_version(self.data_dir)
+        current = self.layout.current_version()
         for version in installed_versions(self.data_dir):
-            torrent = read_metadata(self.data_dir, version, TORRENT_FILE)
+            torrent = read_if_present(self.layout.torrent_file(version))
             if torrent is None:
                 log_event(log, logging.WARNING, "not_seeding", version=version,
                           reason="no filter.torrent beside it (not installed by an agent)")
@@ -303,7 +292,7 @@ class AgentDaemon:
 
     def _consider(self, announcement: Announcement, now: float) -> None:
         pointer = announcement.pointer
-        installed = current_version(self.data_dir)
+        installed = self.layout.current_version()
         decision = decide(pointer, installed, self._last_sequence)
         log_event(log, logging.INFO, "announcement", version=pointer.version,
                   sequence=pointer.sequence, pinned=pointer.pinned, installed=installed,
@@ -345,7 +334,7 @@ class AgentDaemon:
 
     def _abandon(self, target: _Target, why: str) -> None:
         self._remove_transfer(target.version)
-        remove_tree(staging_dir(self.data_dir, target.version))
+        remove_tree(self.layout.staging_dir(target.version))
         self._target = None
         log_event(log, logging.INFO, "download_abandoned", version=target.version, reason=why)
 
@@ -385,8 +374,8 @@ class AgentDaemon:
         if is_installed(self.data_dir, version):
             self._reinstate(target, now)
             return
-        staging = staging_dir(self.data_dir, version)
-        partial = staging / FILTER_FILE
+        staging = self.layout.staging_dir(version)
+        partial = self.layout.staged_file(version)
         present = partial.stat().st_size if partial.is_file() else 0
         try:
             check_capacity(self.data_dir, manifest.size, max_file_size=self.config.install.max_file_size,
@@ -400,7 +389,7 @@ class AgentDaemon:
         resume = target.resume
         if resume is None:
             with contextlib.suppress(FileNotFoundError):
-                resume = (staging / RESUME_FILE).read_bytes()
+                resume = self.layout.resume_file(version).read_bytes()
         origin = self.origin.url_factory(manifest.filter_key) if self.origin is not None else None
         self.transfer.start_download(version, target.announcement.torrent, staging, origin,
                                      resume_data=resume)
@@ -412,8 +401,8 @@ class AgentDaemon:
         """Verify a finished download (still seeded from staging meanwhile: the transfer
         only reads a finished file), then install it and seed it from versions/vN."""
         version, manifest = target.version, target.manifest
-        staging = staging_dir(self.data_dir, version)
-        staged = staging / FILTER_FILE
+        staging = self.layout.staging_dir(version)
+        staged = self.layout.staged_file(version)
         try:
             verify_download(manifest, target.announcement.torrent, status, staged)
         except CheckFailed as exc:
@@ -425,11 +414,11 @@ class AgentDaemon:
         self._remove_transfer(version)  # before the rename: nothing may hold the staged path
         documents = target.announcement.documents
         try:
-            install_version(self.data_dir, version, staged, {
-                MANIFEST_FILE: documents.manifest,
-                SIGNATURE_FILE: documents.manifest_signature,
-                TORRENT_FILE: documents.torrent,
-            })
+            install_version(self.data_dir, version, staged, InstalledDocuments(
+                manifest=documents.manifest,
+                manifest_signature=documents.manifest_signature,
+                torrent=documents.torrent,
+            ))
             self._swap(target, now, downloaded=True)
         except OSError as exc:  # disk full, permissions: current still serves
             remove_tree(staging)
@@ -441,14 +430,14 @@ class AgentDaemon:
 
     def _reinstate(self, target: _Target, now: float) -> None:
         """Flip to a version that is still installed (a rollback), after checking it."""
-        path = version_dir(self.data_dir, target.version) / FILTER_FILE
+        path = self.layout.filter_file(target.version)
         try:
             check_file(target.manifest, path)
         except CheckFailed as exc:
             self.metrics.verification_failures.labels(exc.check).inc()
-            if current_version(self.data_dir) != target.version:
+            if self.layout.current_version() != target.version:
                 self._remove_transfer(target.version)
-                remove_tree(version_dir(self.data_dir, target.version))
+                remove_tree(self.layout.version_dir(target.version))
             self._fail(target, now, "verification_failed", f"installed copy: {exc}", check=exc.check)
             return
         self._swap(target, now, downloaded=False)
@@ -457,7 +446,7 @@ class AgentDaemon:
         self._collect()
 
     def _swap(self, target: _Target, now: float, *, downloaded: bool) -> None:
-        previous = current_version(self.data_dir)
+        previous = self.layout.current_version()
         activate(self.data_dir, target.version)
         latency = self._clock() - target.seen_at
         self.metrics.record_swap(latency)
@@ -481,7 +470,7 @@ class AgentDaemon:
     def _recover_download(self, current: int | None) -> _Target | None:
         """The unfinished download in staging/, verified again, if it is still wanted."""
         candidates: list[_Target] = []
-        for staging in sorted(p for p in (self.data_dir / STAGING).iterdir() if p.is_dir()):
+        for staging in sorted(p for p in self.layout.staging.iterdir() if p.is_dir()):
             try:
                 documents = self._load_documents(staging)
                 if documents is None:
@@ -495,7 +484,7 @@ class AgentDaemon:
                 continue
             resume = None
             with contextlib.suppress(FileNotFoundError):
-                resume = (staging / RESUME_FILE).read_bytes()
+                resume = self.layout.resume_in(staging).read_bytes()
             candidates.append(_Target(announcement, seen_at=self._clock(),
                                       backoff=self._new_backoff(), resume=resume))
         if not candidates:
@@ -503,16 +492,15 @@ class AgentDaemon:
         return max(candidates, key=lambda t: t.announcement.pointer.sequence)
 
     def _store_documents(self, staging: Path, documents: SignedDocuments) -> None:
-        for attr, name in _DOCUMENTS.items():
-            path = staging / name
+        for name, path in self.layout.staged_documents(staging).items():
             if not path.exists():
-                write_atomically(path, [getattr(documents, attr)], mode=0o644)
+                write_atomically(path, [getattr(documents, name)], mode=0o644)
 
     def _load_documents(self, staging: Path) -> SignedDocuments | None:
         parts: dict[str, bytes] = {}
-        for attr, name in _DOCUMENTS.items():
+        for name, path in self.layout.staged_documents(staging).items():
             try:
-                parts[attr] = (staging / name).read_bytes()
+                parts[name] = path.read_bytes()
             except FileNotFoundError:
                 return None
         return SignedDocuments(**parts)
@@ -522,9 +510,8 @@ class AgentDaemon:
         if target is None or not target.started:
             return
         data = self.transfer.save_resume_data(timeout).get(target.version)
-        staging = staging_dir(self.data_dir, target.version)
-        if data is not None and staging.is_dir():
-            write_atomically(staging / RESUME_FILE, [data], mode=0o644)
+        if data is not None and self.layout.staging_dir(target.version).is_dir():
+            write_atomically(self.layout.resume_file(target.version), [data], mode=0o644)
 
     def _collect(self) -> None:
         downloading = self._target.version if self._target is not None else None
@@ -538,7 +525,7 @@ class AgentDaemon:
     def _seed(self, version: int, torrent: bytes) -> None:
         """Seed an installed version; a failure is logged (the version still serves locally)."""
         try:
-            self.transfer.seed(version, torrent, version_dir(self.data_dir, version))
+            self.transfer.seed(version, torrent, self.layout.version_dir(version))
         except Exception as exc:
             log_event(log, logging.WARNING, "seed_failed", version=version, error=exc)
 
@@ -566,11 +553,11 @@ class AgentDaemon:
         self.metrics.set_current(version, created_at)
 
     def _created_at(self, version: int) -> float | None:
-        data = read_metadata(self.data_dir, version, MANIFEST_FILE)
+        data = read_if_present(self.layout.manifest_file(version))
         try:
             if data is not None:
                 return float(Manifest.from_bytes(data).created_at)
-            return float(read_header(str(version_dir(self.data_dir, version) / FILTER_FILE)).created_at)
+            return float(read_header(str(self.layout.filter_file(version))).created_at)
         except (FormatError, OSError):
             return None
 
@@ -618,7 +605,7 @@ class AgentDaemon:
         snapshot = {
             "data_dir": str(self.data_dir),
             "ready": self.metrics.is_ready,
-            "current_version": current_version(self.data_dir),
+            "current_version": self.layout.current_version(),
             "installed_versions": installed_versions(self.data_dir),
             "seeding": sorted(s.version for s in statuses if s.state == "seeding"),
             "download": download,
@@ -644,7 +631,7 @@ class AgentDaemon:
         return self._target.version if self._target is not None else None
 
 
-__all__ = ["RESUME_FILE", "AgentDaemon"]
+__all__ = ["AgentDaemon"]
 
 
 class _BackgroundCall(Generic[T]):

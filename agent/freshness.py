@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bloomswarm.common.manifest import Pointer
+from bloomswarm.common.pointer import Pointer
 
 
 @dataclass(frozen=True)

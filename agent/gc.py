@@ -7,24 +7,22 @@ needs no download and peers still find it). Every other version stops being seed
 that still has a deleted file mapped keeps reading it: unlinking never pulls pages from
 under a mapping.
 
-Staging: every entry of ``staging/`` except the download in progress is a leftover (an
-abandoned or failed download) and is deleted, as is any ``versions/vN`` directory
-without its ``filter.bsf`` (an install interrupted before its final rename), and any
-temporary ``.current.tmp-*`` link left by a flip that a crash interrupted.
+Staging: every entry of the staging directory except the download in progress is a
+leftover (an abandoned or failed download) and is deleted, as is any version directory
+without its filter file (an install interrupted before its final rename), and any
+temporary link left by a flip of ``current`` that a crash interrupted. Paths are
+:class:`~bloomswarm.common.datadir.DataDir`'s.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bloomswarm.common.datadir import CURRENT, FILTER_FILE, STAGING, VERSIONS, current_version
+from bloomswarm.common.datadir import DataDir, version_of_dir_name
 
-from .install import remove_tree, staging_dir
-
-_VERSION_DIR = re.compile(r"v([1-9][0-9]*)")
+from .install import remove_tree
 
 
 @dataclass(frozen=True)
@@ -39,16 +37,12 @@ class Collected:
 
 
 def installed_versions(data_dir: Path) -> list[int]:
-    """Versions with ``versions/vN/filter.bsf`` present, ascending."""
-    found = []
-    root = data_dir / VERSIONS
-    if not root.is_dir():
+    """Versions whose filter file is installed, ascending."""
+    layout = DataDir(data_dir)
+    if not layout.versions.is_dir():
         return []
-    for entry in root.iterdir():
-        match = _VERSION_DIR.fullmatch(entry.name)
-        if match and (entry / FILTER_FILE).is_file():
-            found.append(int(match.group(1)))
-    return sorted(found)
+    found = [version_of_dir_name(entry.name) for entry in layout.versions.iterdir()]
+    return sorted(v for v in found if v is not None and layout.filter_file(v).is_file())
 
 
 def versions_to_keep(installed: list[int], current: int | None, keep: int) -> set[int]:
@@ -77,37 +71,35 @@ def collect_garbage(
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
-    current = current_version(data_dir)
+    layout = DataDir(data_dir)
+    current = layout.current_version()
     kept = versions_to_keep(installed_versions(data_dir), current, keep)
     result = Collected()
     for version in installed_versions(data_dir):
-        if version in kept or version == current_version(data_dir):
+        if version in kept or version == layout.current_version():
             continue
         stop_seeding(version)
-        remove_tree(data_dir / VERSIONS / f"v{version}")
+        remove_tree(layout.version_dir(version))
         result.versions.append(version)
-    root = data_dir / VERSIONS
-    if root.is_dir():
-        for entry in sorted(root.iterdir()):
-            if entry.is_dir() and not (entry / FILTER_FILE).exists() and (
-                current is None or entry.name != f"v{current}"
-            ):
+    if layout.versions.is_dir():
+        current_dir = layout.version_dir(current) if current is not None else None
+        for entry in sorted(layout.versions.iterdir()):
+            if entry.is_dir() and not layout.filter_in(entry).exists() and entry != current_dir:
                 remove_tree(entry)
-                result.leftovers.append(f"{VERSIONS}/{entry.name}")
-    for link in sorted(data_dir.glob(f".{CURRENT}.tmp-*")):  # a flip interrupted by a crash
+                result.leftovers.append(str(entry.relative_to(data_dir)))
+    for link in layout.flip_leftovers():  # a flip interrupted by a crash
         link.unlink(missing_ok=True)
         result.leftovers.append(link.name)
-    staging = data_dir / STAGING
-    active = staging_dir(data_dir, downloading) if downloading is not None else None
-    if staging.is_dir():
-        for entry in sorted(staging.iterdir()):
+    active = layout.staging_dir(downloading) if downloading is not None else None
+    if layout.staging.is_dir():
+        for entry in sorted(layout.staging.iterdir()):
             if entry == active:
                 continue
             if entry.is_dir():
                 remove_tree(entry)
             else:
                 entry.unlink(missing_ok=True)
-            result.leftovers.append(f"{STAGING}/{entry.name}")
+            result.leftovers.append(str(entry.relative_to(data_dir)))
     return result
 
 

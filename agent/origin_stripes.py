@@ -14,7 +14,8 @@ An agent takes a stripe that is *unclaimed* (no piece of it in sight), fetches i
 and keeps its web seed off every other piece nobody holds (priority 0), so stripes do
 not overlap at the origin. Of two agents that took the same stripe, the one behind
 moves to another unclaimed stripe or leaves the origin. Pure functions over bitfields,
-no libtorrent: unit-testable.
+no libtorrent: the math behind the stripe rules, which :class:`~.origin_policy.OriginPolicy`
+applies (it holds each download's :class:`StripeWatch`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ from functools import cached_property
 from bitarray import bitarray
 from bitarray.util import zeros
 
-Bitfields = Sequence[tuple[bool, Sequence[bool]]]
+Pieces = Sequence[bool] | bitarray
+"""A bitfield: the pieces someone holds (libtorrent gives lists of bools; a simulator may
+give bitarrays, which are read faster)."""
+Bitfields = Sequence[tuple[bool, Pieces]]
 """Connected peers (web seeds excluded) as ``(is_seed, pieces)``."""
 
 TOP_PRIORITY = 7
@@ -77,14 +81,16 @@ class Stripes:
         return tuple(masks)
 
 
-def _bits(pieces: Sequence[bool], length: int) -> bitarray:
-    bits = bitarray(list(pieces[:length]))  # bitarray reads a list of bools in C
+def _bits(pieces: Pieces, length: int) -> bitarray:
+    """A new bitarray of ``length`` bits: ``pieces``, cut or padded with False."""
+    # A bitarray (a simulator's bitfield) is sliced; a list of bools is read by bitarray in C.
+    bits = pieces[:length] if isinstance(pieces, bitarray) else bitarray(list(pieces[:length]))
     if len(bits) < length:
         bits.extend(zeros(length - len(bits)))
     return bits
 
 
-def held(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> bitarray:
+def held(stripes: Stripes, have: Pieces, peers: Bitfields) -> bitarray:
     """The pieces that we or a connected peer hold."""
     bits = _bits(have, stripes.pieces)
     for seed, pieces in peers:
@@ -95,14 +101,14 @@ def held(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> bitarray:
     return bits
 
 
-def unclaimed(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
+def unclaimed(stripes: Stripes, have: Pieces, peers: Bitfields) -> list[int]:
     """Stripes of which neither we nor any connected peer hold a piece: nobody in sight
     fetches them. (A stripe someone fetches has pieces out there at once; one whose
     fetcher left it half-way is found by :class:`StripeWatch`.)"""
     return [stripe for stripe, count in enumerate(held_counts(stripes, have, peers)) if count == 0]
 
 
-def held_counts(stripes: Stripes, have: Sequence[bool], peers: Bitfields) -> list[int]:
+def held_counts(stripes: Stripes, have: Pieces, peers: Bitfields) -> list[int]:
     """Per stripe, how many of its pieces we or a connected peer hold."""
     bits = held(stripes, have, peers)
     return [(bits & stripes.mask(stripe)).count() for stripe in range(stripes.stripes)]
@@ -119,7 +125,7 @@ class StripeWatch:
         self._counts = [0] * stripes.stripes
         self._grew = [now] * stripes.stripes
 
-    def update(self, have: Sequence[bool], peers: Bitfields, now: float) -> None:
+    def update(self, have: Pieces, peers: Bitfields, now: float) -> None:
         for stripe, count in enumerate(held_counts(self.stripes, have, peers)):
             if count > self._counts[stripe]:
                 self._grew[stripe] = now
@@ -136,7 +142,7 @@ class StripeWatch:
                 if 0 < self._counts[stripe] < self._sizes[stripe] and now - self._grew[stripe] >= after_s]
 
 
-def priorities(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int) -> list[int]:
+def priorities(stripes: Stripes, have: Pieces, peers: Bitfields, stripe: int) -> list[int]:
     """Piece priorities while our web seed fetches ``stripe``: its pieces first; other
     pieces that we or a peer hold at the default; other pieces nobody holds at 0, so the
     web seed never fetches another stripe's pieces (their own fetchers will)."""
@@ -145,13 +151,13 @@ def priorities(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe:
     return [TOP_PRIORITY if mask[i] else DEFAULT_PRIORITY if bits[i] else 0 for i in range(stripes.pieces)]
 
 
-def complete(stripes: Stripes, have: Sequence[bool], stripe: int) -> bool:
+def complete(stripes: Stripes, have: Pieces, stripe: int) -> bool:
     """Whether we hold every piece of ``stripe``."""
     mask = stripes.mask(stripe)
     return (_bits(have, stripes.pieces) & mask) == mask
 
 
-def yields(stripes: Stripes, have: Sequence[bool], peers: Bitfields, stripe: int,
+def yields(stripes: Stripes, have: Pieces, peers: Bitfields, stripe: int,
            base: bitarray | None = None) -> bool:
     """Whether we should leave ``stripe`` to a peer that also fetches it: one that holds a
     piece of it we lack and more of its pieces than we do (a seed: always). ``base``: the

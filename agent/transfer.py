@@ -1,12 +1,15 @@
 """The seam between the agent's daemon and whatever moves a version's bytes.
 
 The daemon decides *what* to fetch, verifies it and installs it; a :class:`Transfer`
-moves the bytes. Two implementations exist:
+moves the bytes. Three implementations exist:
 
 - ``agent.swarm.Swarm``: one libtorrent session; pieces from peers (tracker, DHT, LSD),
   the origin as a BEP 19 web seed added at run time;
-- ``agent.direct.DirectTransfer``: a plain download from the origin (no peers), used by
-  fast tests and as the "fleet without P2P" baseline of the swarm benchmark.
+- ``agent.direct.DirectTransfer``: a plain download from the origin (no peers), the
+  "fleet without P2P" baseline of the swarm benchmark;
+- ``agent.memory_transfer.MemoryTransfer``: the in-memory twin for fast tests: no sockets,
+  no threads, downloads complete on ``poll``; it injects errors, corrupt bytes and hash
+  failures.
 
 Contract for implementations: every method is called from the daemon's one thread and
 returns quickly (no method blocks on the network, except ``save_resume_data``, which is

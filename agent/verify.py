@@ -30,25 +30,14 @@ from pathlib import Path
 
 import libtorrent as lt
 
-from bloomswarm.common.errors import FormatError, VerificationError
+from bloomswarm.common.bucket_layout import FILTER_FILE_NAME
+from bloomswarm.common.errors import CheckFailed, FormatError
 from bloomswarm.common.header import FilterHeader, read_header
-from bloomswarm.common.manifest import FILTER_FILE_NAME, Manifest
+from bloomswarm.common.manifest import Manifest
 
 from .transfer import TransferStatus
 
 _READ_CHUNK = 1024 * 1024
-
-
-class CheckFailed(VerificationError):
-    """One check of the swap gate (or of an announcement) failed.
-
-    ``check`` is a short label ("sha256", "info_hash", "manifest_signature", ...): the
-    reason label of the verification-failure metric.
-    """
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from bloomswarm.common.manifest import Pointer
+from bloomswarm.common.pointer import Pointer
 
 
 class Action(enum.Enum):

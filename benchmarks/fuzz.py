@@ -1,4 +1,5 @@
-"""Long coverage-guided fuzzing runs (atheris / libFuzzer) of the targets in fuzz_targets.py.
+"""Long coverage-guided fuzzing runs (atheris / libFuzzer) of the targets in
+``bloomswarm.sandbox.fuzz_targets`` (sandbox/fuzz_targets.py).
 
 Not part of CI (tests/fuzz/ runs the same targets for a bounded number of hypothesis
 examples). Needs ``pip install atheris`` (a binary wheel for CPython 3.11 on x86-64 Linux).
@@ -51,8 +52,8 @@ _STATUS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)")
 def worker(target_name: str, findings: Path, libfuzzer_args: list[str]) -> None:
     """Run ``target_name`` under atheris; never returns (libFuzzer exits the process)."""
     atheris: Any = importlib.import_module("atheris")
-    with atheris.instrument_imports(include=["bloomswarm", "benchmarks.fuzz_targets", "tomllib"]):
-        from benchmarks import fuzz_targets
+    with atheris.instrument_imports(include=["bloomswarm", "tomllib"]):
+        from bloomswarm.sandbox import fuzz_targets
     target = fuzz_targets.TARGETS[target_name]
     findings.mkdir(parents=True, exist_ok=True)
     seen: set[str] = set()
@@ -87,7 +88,7 @@ def worker(target_name: str, findings: Path, libfuzzer_args: list[str]) -> None:
 
 def run_target(name: str, runs: int, work: Path, timeout_s: int) -> dict[str, Any]:
     """Fuzz one target for ``runs`` inputs in a worker process; its figures."""
-    from benchmarks import fuzz_targets
+    from bloomswarm.sandbox import fuzz_targets
 
     corpus, findings, artifacts = (work / kind / name for kind in ("corpus", "findings", "artifacts"))
     for folder in (corpus, findings, artifacts):

@@ -13,7 +13,7 @@ connection at ``--origin-connection-mib`` MiB/s (like S3: per-connection through
 bounded, the aggregate is not). Reported per row: the origin's bytes as a multiple of
 the file size (mean, min, max over the runs), the agents' own count of bytes from the
 origin, and the seconds until every agent had the whole file. The settings are the
-tests' loopback settings (tests/functional/swarm_fleet.py: 1 s grace, 2 s stagger, 1 s
+swarm tests' loopback settings (sandbox/worker_swarm.py: 1 s grace, 2 s stagger, 1 s
 starvation, 1 MiB origin requests — scaled down with the file). docs/origin-policy.md
 records a run.
 """
@@ -30,22 +30,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make `tests` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
+from bloomswarm.common.bucket_layout import FILTER_FILE_NAME
+from bloomswarm.sandbox.origin import Origin
 from bloomswarm.sandbox.tracker import OpenTracker
-from tests.functional.http_origin import CountingOrigin
-from tests.functional.swarm_fleet import (
+from bloomswarm.sandbox.worker_swarm import (
     MIB,
-    FleetResult,
+    WorkersResult,
     loopback_swarm,
     make_test_torrent,
-    run_fleet,
+    run_workers,
     write_random_file,
 )
 
 
-def _row(discovery: str, policy: str, results: list[FleetResult]) -> dict[str, Any]:
+def _row(discovery: str, policy: str, results: list[WorkersResult]) -> dict[str, Any]:
     copies = [r.origin_copies for r in results]
     reported = [sum(r.reported_origin) / r.file_size for r in results]
     seconds = [r.seconds for r in results]
@@ -79,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     tracker: OpenTracker | None = None
     try:
-        file = work / "origin" / "filter.bsf"
+        file = work / "origin" / FILTER_FILE_NAME
         write_random_file(file, args.size_mib * MIB)
         torrent = make_test_torrent(file)
         discoveries = args.discovery.split(",")
@@ -87,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
             tracker = OpenTracker().start()
             tracker.allow(torrent.info_hash_v1, torrent.info_hash_v2)
         cap = int(args.origin_connection_mib * MIB)
-        with CountingOrigin(file.parent, connection_rate_limit=cap) as origin:
+        with Origin(files=file.parent, connection_rate=cap) as origin:
             for discovery in discoveries:
                 for policy in args.policies.split(","):
                     trackers = [tracker.announce_url] if discovery == "tracker" and tracker else []
                     settings = loopback_swarm(origin_policy=policy, trackers=trackers)
                     results = []
                     for run in range(args.runs):
-                        result = run_fleet(args.agents, torrent, origin, settings,
+                        result = run_workers(args.agents, torrent, origin, settings,
                                            work / f"{discovery}-{policy}-{run}", dht=discovery == "dht")
                         print(f"{discovery:8} {policy:8} run {run + 1}: {result.summary()}", flush=True)
                         shutil.rmtree(work / f"{discovery}-{policy}-{run}", ignore_errors=True)

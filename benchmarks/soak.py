@@ -74,7 +74,7 @@ from bloomswarm.sandbox.fleet import (  # type: ignore[import-not-found, unused-
     FleetSpec,
     LocalFleet,
 )
-from bloomswarm.sandbox.origin_proxy import OriginCounts  # type: ignore[import-not-found, unused-ignore]
+from bloomswarm.sandbox.origin import OriginCounts  # type: ignore[import-not-found, unused-ignore]
 
 MIB = 1024 * 1024
 SOAK_SWARM: dict[str, object] = {

@@ -22,12 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from bloomswarm.common.datadir import (  # type: ignore[import-not-found, unused-ignore]
-    FILTER_FILE,
-    STAGING,
-    VERSIONS,
-    current_version,
-)
+from bloomswarm.common.datadir import DataDir  # type: ignore[import-not-found, unused-ignore]
 
 
 @dataclass(frozen=True)
@@ -82,18 +77,19 @@ def disk_sample(data_dir: Path, at: float) -> DiskSample:
             if (st.st_dev, st.st_ino) not in seen:
                 seen.add((st.st_dev, st.st_ino))
                 total += st.st_blocks * 512
+    layout = DataDir(data_dir)
     versions = 0
     try:
-        for entry in os.scandir(data_dir / VERSIONS):
-            if os.path.exists(os.path.join(entry.path, FILTER_FILE)):
+        for entry in os.scandir(layout.versions):
+            if layout.filter_in(Path(entry.path)).exists():
                 versions += 1
     except FileNotFoundError:
         pass
     try:
-        staging = len(os.listdir(data_dir / STAGING))
+        staging = len(os.listdir(layout.staging))
     except FileNotFoundError:
         staging = 0
-    return DiskSample(at, total, versions, staging, current_version(data_dir))
+    return DiskSample(at, total, versions, staging, layout.current_version())
 
 
 _EVENT = re.compile(r"event=(\S+)")

@@ -3,6 +3,9 @@
 Settings come from ``--config FILE`` (or ``$BLOOMSWARM_AGENT_CONFIG``), ``BLOOMSWARM_AGENT_*``
 variables and the flags here, in that order of precedence (see
 :mod:`bloomswarm.agent.config` and docs/agent.md).
+
+The daemon's modules (libtorrent, boto3, prometheus_client) are imported by the handlers
+when they run: parsing a command line, or printing its ``--help``, loads none of them.
 """
 
 from __future__ import annotations
@@ -13,32 +16,22 @@ import json
 import logging
 import os
 import signal
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bloomswarm.agent.announcements import (
-    AnnouncementSource,
-    HttpAnnouncements,
-    ObjectStoreAnnouncements,
-)
 from bloomswarm.agent.config import CONFIG_ENV, AgentConfig, StatusConfig, load_config
-from bloomswarm.agent.daemon import AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
-from bloomswarm.agent.install import prepare_data_dir
-from bloomswarm.agent.logfmt import log_event
-from bloomswarm.agent.metrics import AgentMetrics, StatusServer
-from bloomswarm.agent.origin import CdnOrigin, Origin, S3Origin
-from bloomswarm.agent.transfer import Transfer
 from bloomswarm.common.errors import ConfigError, StorageError
-from bloomswarm.common.signing import VerifyKey, load_public_keys
-from bloomswarm.common.storage import S3ObjectStore
 
-from .arguments import positive_int
+from .arguments import positive_int, positive_seconds_value
+from .commands import HELP
+
+if TYPE_CHECKING:
+    from bloomswarm.agent.announcements import AnnouncementSource
+    from bloomswarm.agent.origin import Origin
+    from bloomswarm.agent.transfer import Transfer
+    from bloomswarm.common.signing import VerifyKey
 
 log = logging.getLogger("bloomswarm.agent")
 
@@ -60,7 +53,7 @@ _FLAG_SETTINGS = {
 
 def register(commands: Any) -> None:
     """Add ``agent run`` and ``agent status`` to the ``commands`` subparsers object."""
-    agent = commands.add_parser("agent", help="the sidecar that fetches, verifies and swaps versions")
+    agent = commands.add_parser("agent", help=HELP["agent"])
     sub = agent.add_subparsers(dest="agent_command", metavar="ACTION", parser_class=type(agent))
     sub.required = True
 
@@ -90,7 +83,8 @@ def register(commands: Any) -> None:
                         "or the one in --config)")
     status.add_argument("--config", type=Path, metavar="FILE", help="read the endpoint from this config")
     status.add_argument("--json", action="store_true", help="print the raw JSON")
-    status.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    status.add_argument("--timeout", type=positive_seconds_value, default=5.0, metavar="SECONDS",
+                        help=argparse.SUPPRESS)
     status.set_defaults(handler=run_status)
 
 
@@ -109,6 +103,8 @@ def load_agent_config(args: argparse.Namespace) -> AgentConfig:
 def build_transfer(config: AgentConfig) -> Transfer:
     """The transfer the configuration asks for."""
     if config.transfer == "direct":
+        from bloomswarm.agent.direct import DirectTransfer
+
         return DirectTransfer(config.direct)
     from bloomswarm.agent.swarm import Swarm
 
@@ -119,6 +115,10 @@ def build_source(
     config: AgentConfig, keys: Sequence[VerifyKey]
 ) -> tuple[AnnouncementSource, Origin]:
     """The announcement source and origin of the configured S3 bucket or CDN."""
+    from bloomswarm.agent.announcements import HttpAnnouncements, ObjectStoreAnnouncements
+    from bloomswarm.agent.origin import CdnOrigin, S3Origin
+    from bloomswarm.common.storage import S3ObjectStore
+
     if config.s3 is not None:
         store = S3ObjectStore(config.s3)
         return ObjectStoreAnnouncements(store, keys), S3Origin(store, config.origin.presign_expiry_s)
@@ -129,6 +129,14 @@ def build_source(
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    import threading
+
+    from bloomswarm.agent.daemon import AgentDaemon
+    from bloomswarm.agent.install import prepare_data_dir
+    from bloomswarm.agent.logfmt import log_event
+    from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+    from bloomswarm.common.signing import load_public_keys
+
     config = load_agent_config(args)
     keys = load_public_keys(config.public_keys)
     try:  # an unusable data directory fails before anything starts
@@ -186,6 +194,9 @@ def run_status(args: argparse.Namespace) -> int:
 
 def fetch_status(url: str, *, timeout: float = 5.0) -> dict[str, Any]:
     """GET ``{url}/status``; StorageError with a one-line reason when the agent is not there."""
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(f"{url}/status", timeout=timeout) as response:
             data = json.loads(response.read())

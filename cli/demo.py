@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .arguments import fpp_value, int_range, positive_seconds_value, seconds_value
+from .signals import sigterm_interrupts
 
 if TYPE_CHECKING:
     from bloomswarm.sandbox.fleet import AgentView, LocalFleet
@@ -100,21 +101,8 @@ def run_demo(args: argparse.Namespace) -> int:
     if not getattr(args, "verbose", False):
         for name in ("", "bloomswarm"):  # the demo prints its own progress; log lines would tear the table
             logging.getLogger(name).setLevel(logging.WARNING)
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         return Demo(args).run()
-
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while the demo runs, so that it cleans up the same way."""
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

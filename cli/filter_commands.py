@@ -1,4 +1,8 @@
-"""Subcommands that work on filter files: ``build``, ``inspect`` and ``query``."""
+"""Subcommands that work on filter files: ``build``, ``inspect`` and ``query``.
+
+The handlers import the reader and the publisher's build code when they run: parsing a
+command line, or printing its ``--help``, loads neither.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,22 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.params import Layout
-from bloomswarm.common.reader import Filter
-from bloomswarm.publisher.build import BuildSpec, build_filter
-from bloomswarm.publisher.sources import KeyType, SourceSpec, convert_key
 
 from .arguments import count_value, filter_version_value, fpp_value, layout_value, positive_int, seed_value
+from .commands import HELP
+
+if TYPE_CHECKING:
+    from bloomswarm.common.reader import Filter
+    from bloomswarm.publisher.source_keys import KeyType
 
 
 def register(commands: Any) -> None:
     """Add the filter subcommands to the ``commands`` subparsers object."""
-    build = commands.add_parser("build", help="build a filter file from keys, one per line")
+    build = commands.add_parser("build", help=HELP["build"])
     build.add_argument("inputs", nargs="+", metavar="INPUT",
                        help="files, directories, globs or s3://bucket/prefix URLs of keys: text "
                             "(plain, gzip or zstd), CSV or Parquet, detected by content; the S3 "
@@ -42,13 +48,13 @@ def register(commands: Any) -> None:
     add_build_engine_options(build)
     build.set_defaults(handler=run_build)
 
-    inspect = commands.add_parser("inspect", help="print a filter file's header and statistics")
+    inspect = commands.add_parser("inspect", help=HELP["inspect"])
     inspect.add_argument("file", type=Path)
     inspect.add_argument("--verify", action="store_true", help="check the body's SHA-256")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(handler=run_inspect)
 
-    query = commands.add_parser("query", help="test keys against a filter file")
+    query = commands.add_parser("query", help=HELP["query"])
     query.add_argument("file", type=Path)
     query.add_argument("keys", nargs="*", metavar="KEY", help="keys to test (default: read stdin)")
     _add_key_options(query)
@@ -71,6 +77,9 @@ def _add_key_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.build import BuildSpec, build_filter
+    from bloomswarm.publisher.sources import SourceSpec
+
     if not args.output.parent.is_dir():
         raise ConfigError(f"output directory does not exist: {args.output.parent}")
     if args.output.is_dir():
@@ -116,6 +125,8 @@ def describe(f: Filter) -> dict[str, Any]:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from bloomswarm.common.reader import Filter
+
     with Filter.open(args.file, verify=args.verify) as f:
         info = describe(f)
     if args.verify:
@@ -130,6 +141,9 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_query(args: argparse.Namespace) -> int:
+    from bloomswarm.common.reader import Filter
+    from bloomswarm.publisher.source_keys import convert_key
+
     key_type: KeyType = args.key_type
     if args.keys:
         raw_keys = [k.encode("utf-8", "surrogateescape") for k in args.keys]

@@ -1,30 +1,50 @@
 """The ``bloomswarm`` command: parse arguments, call the library, print.
 
-Every failure is one line on stderr and a non-zero exit code, never a traceback:
-2 for a bad command line, 1 for anything that went wrong while running, 130 on Ctrl-C.
-Set ``BLOOMSWARM_DEBUG=1`` to get the traceback of an unexpected error.
+Every failure is one line on stderr and a non-zero exit code, never a traceback
+(:data:`EXIT_CODES`). The project's errors (:class:`~bloomswarm.common.errors.BloomswarmError`)
+and ``OSError`` are the user's to fix: exit code 1 for a failure while running, 2 for a
+command line that does not parse. Any other exception is a bug: the line says "internal
+error", names the exception and exits 70; ``--debug`` (or ``BLOOMSWARM_DEBUG=1``) prints the
+traceback above that line, for every error.
+
+Start-up stays light: a command line imports the module of its own command only (the
+others are listed by name, :mod:`.commands`), and the command modules import their heavy
+dependencies (libtorrent, boto3, prometheus_client, cryptography) inside the handlers, so
+``--help``, ``build``, ``inspect`` and ``query`` never load what they do not use
+(tests/unit/test_cli_startup_imports.py, benchmarks/startup.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Collection, Mapping, Sequence
 from typing import NoReturn
 
-from bloomswarm.common.errors import BloomswarmError
+from bloomswarm.common.errors import BloomswarmError, UsageError
 
-from . import agent_commands, demo, filter_commands, publish_commands
+from . import demo
+from .commands import COMMAND_MODULES, module_of
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 70
+"""sysexits.h's EX_SOFTWARE: an internal software error."""
 EXIT_INTERRUPTED = 130
+DEBUG_ENV = "BLOOMSWARM_DEBUG"
 
-
-class UsageError(Exception):
-    """A command line that cannot be parsed."""
+EXIT_CODES = {
+    0: "success",
+    EXIT_FAILURE: "the command failed (bad input, a missing file, an unreachable bucket...)",
+    EXIT_USAGE: "the command line does not parse",
+    EXIT_INTERNAL: "internal error: a bug in bloomswarm (--debug shows the traceback)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+"""Exit code -> meaning, as the help's epilog lists them."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,27 +54,61 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full command-line parser, with every subcommand registered."""
+def _epilog() -> str:
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+    return f"exit codes:\n{codes}\n\nenvironment:\n  {DEBUG_ENV}=1  as --debug"
+
+
+def build_parser(full: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command-line parser.
+
+    ``full``: the modules of :data:`~.commands.COMMAND_MODULES` whose subcommands get all
+    their arguments; the others' subcommands are only named, with their help line (enough
+    for ``--help`` and for argparse's list of choices) and their modules are not imported.
+    None (the default): every subcommand in full.
+    """
     parser = _Parser(
         prog="bloomswarm",
-        description="Versioned Bloom filter files: build and publish them, run the agent "
-        "that distributes them over BitTorrent, query them.",
+        description="Versioned Bloom filter files: build and publish them, run the agent that\n"
+        "distributes them over BitTorrent, query them.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     parser.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"print the traceback of an error (as {DEBUG_ENV}=1 does)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
-    filter_commands.register(commands)
-    publish_commands.register(commands)
-    agent_commands.register(commands)
+    for module, names in COMMAND_MODULES.items():
+        if full is None or module in full:
+            importlib.import_module(f"{__package__}.{module}").register(commands)
+        else:
+            for name, text in names.items():
+                commands.add_parser(name, help=text, add_help=False)
     demo.register(commands)
     return parser
 
 
+def command_word(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the global
+    options take no values); None when there is none."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def debug_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """True when ``$BLOOMSWARM_DEBUG`` (in ``environ``, default os.environ) is set to
+    anything but "", 0, false or no."""
+    value = (os.environ if environ is None else environ).get(DEBUG_ENV, "")
+    return value.strip().lower() not in ("", "0", "false", "no")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]); return the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    word = command_word(argv)
+    module = module_of(word) if word is not None else None
+    parser = build_parser(full=[module] if module is not None else [])
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
@@ -70,19 +124,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("bloomswarm").setLevel(
         logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     )
+    debug = args.debug or debug_requested()
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:
         print("bloomswarm: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except UsageError as exc:
-        print(str(exc), file=sys.stderr)
-        return EXIT_USAGE
-    except (BloomswarmError, OSError, ValueError, TypeError, OverflowError) as exc:
-        if os.environ.get("BLOOMSWARM_DEBUG"):
-            raise
-        print(f"bloomswarm {args.command}: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_FAILURE
+    except Exception as exc:  # every error ends here as one line; see report_error
+        if debug:
+            traceback.print_exc(file=sys.stderr)
+        code, line = report_error(args.command, exc)
+        print(line, file=sys.stderr)
+        return code
+
+
+def report_error(command: str, exc: Exception) -> tuple[int, str]:
+    """The exit code and the one stderr line for ``exc`` escaping ``command``'s handler.
+
+    Usage errors carry argparse's own text; the project's errors and ``OSError`` are the
+    user's to fix; anything else is a bug, said so, with the exception's type.
+    """
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE, one_line(exc)
+    if isinstance(exc, (BloomswarmError, OSError)):
+        return EXIT_FAILURE, f"bloomswarm {command}: error: {one_line(exc)}"
+    message = " ".join(str(exc).split())
+    named = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return EXIT_INTERNAL, (
+        f"bloomswarm {command}: internal error (a bug in bloomswarm): {named} "
+        f"(run again with --debug or {DEBUG_ENV}=1 to see the traceback)"
+    )
 
 
 def one_line(exc: BaseException) -> str:

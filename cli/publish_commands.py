@@ -4,6 +4,9 @@
 Settings come from ``--config FILE`` (or ``$BLOOMSWARM_CONFIG``), ``BLOOMSWARM_*``
 variables and the flags here, in that order of precedence (see
 :mod:`bloomswarm.publisher.config`).
+
+The publisher's modules (boto3, libtorrent, cryptography) are imported by the handlers
+when they run: parsing a command line, or printing its ``--help``, loads none of them.
 """
 
 from __future__ import annotations
@@ -18,32 +21,20 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bloomswarm.common.errors import BloomswarmError, ConfigError, FormatError, ObjectNotFound
-from bloomswarm.common.manifest import LATEST_KEY, Pointer
-from bloomswarm.common.signing import (
-    SigningKey,
-    VerifyKey,
-    load_private_key,
-    load_public_keys,
-    write_keypair,
-)
-from bloomswarm.common.storage import S3ObjectStore
-from bloomswarm.publisher.build import BuildSpec, build_filter
-from bloomswarm.publisher.config import PublisherConfig, load_config
-from bloomswarm.publisher.fingerprint import source_fingerprint
-from bloomswarm.publisher.pinning import pin, unpin
-from bloomswarm.publisher.publish import publish_filter
-from bloomswarm.publisher.refresh import refresh_latest
-from bloomswarm.publisher.retention import apply_retention
-from bloomswarm.publisher.sources import SourceSpec
-from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
-from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
-from bloomswarm.publisher.watch import watch_and_publish
 
 from .arguments import fpp_value, layout_value, pid_value, positive_int, seed_value, version_value
+from .commands import HELP
 from .filter_commands import _add_key_options, add_build_engine_options
+from .signals import sigterm_interrupts
+
+if TYPE_CHECKING:
+    from bloomswarm.common.pointer import Pointer
+    from bloomswarm.common.signing import SigningKey, VerifyKey
+    from bloomswarm.common.storage import S3ObjectStore
+    from bloomswarm.publisher.config import PublisherConfig
 
 CONFIG_ENV = "BLOOMSWARM_CONFIG"
 
@@ -52,9 +43,7 @@ log = logging.getLogger("bloomswarm.cli")
 
 def register(commands: Any) -> None:
     """Add the publishing subcommands to the ``commands`` subparsers object."""
-    publish = commands.add_parser(
-        "publish", help="build the filter from the full data and publish it as the next version"
-    )
+    publish = commands.add_parser("publish", help=HELP["publish"])
     publish.add_argument("inputs", nargs="*", metavar="INPUT",
                          help="files, directories or globs of keys (default with --watch: DIR)")
     _add_store_options(publish)
@@ -86,38 +75,34 @@ def register(commands: Any) -> None:
     add_build_engine_options(publish)
     publish.set_defaults(handler=run_publish)
 
-    keygen = commands.add_parser("keygen", help="write a new Ed25519 key pair for signing versions")
+    keygen = commands.add_parser("keygen", help=HELP["keygen"])
     keygen.add_argument("private_key", type=Path, metavar="PRIVATE_KEY",
                         help="private key file to write (mode 0600)")
     keygen.add_argument("--public", type=Path, metavar="PUBLIC_KEY",
                         help="public key file to write (default: PRIVATE_KEY with suffix .pub)")
     keygen.set_defaults(handler=run_keygen)
 
-    pin_parser = commands.add_parser("pin", help="point the fleet at VERSION and hold it there")
+    pin_parser = commands.add_parser("pin", help=HELP["pin"])
     pin_parser.add_argument("version", type=version_value, metavar="VERSION")
     _add_store_options(pin_parser)
     _add_signing_key_option(pin_parser)
     pin_parser.set_defaults(handler=run_pin)
 
-    unpin_parser = commands.add_parser("unpin", help="release a pin: point the fleet at the newest version")
+    unpin_parser = commands.add_parser("unpin", help=HELP["unpin"])
     _add_store_options(unpin_parser)
     _add_signing_key_option(unpin_parser)
     unpin_parser.set_defaults(handler=run_unpin)
 
-    refresh_parser = commands.add_parser(
-        "refresh", help="re-sign latest.json unchanged with a new issued_at (agents' watch.max_pointer_age_s)"
-    )
+    refresh_parser = commands.add_parser("refresh", help=HELP["refresh"])
     _add_store_options(refresh_parser)
     _add_signing_key_option(refresh_parser)
     refresh_parser.set_defaults(handler=run_refresh)
 
-    versions = commands.add_parser("versions", help="list the versions in the bucket")
+    versions = commands.add_parser("versions", help=HELP["versions"])
     _add_store_options(versions)
     versions.set_defaults(handler=run_versions)
 
-    sync = commands.add_parser(
-        "tracker-sync", help="write opentracker's whitelist from the versions in the bucket"
-    )
+    sync = commands.add_parser("tracker-sync", help=HELP["tracker-sync"])
     _add_store_options(sync)
     sync.add_argument("--whitelist", type=Path, metavar="PATH", help="whitelist file to keep")
     pid = sync.add_mutually_exclusive_group()
@@ -170,18 +155,24 @@ _FLAG_SETTINGS = {
 
 def load_cli_config(args: argparse.Namespace) -> PublisherConfig:
     """The configuration: file (``--config`` or $BLOOMSWARM_CONFIG), environment, flags."""
+    from bloomswarm.publisher.config import load_config
+
     path = args.config or (Path(os.environ[CONFIG_ENV]) if os.environ.get(CONFIG_ENV) else None)
     overrides = {setting: getattr(args, dest, None) for dest, setting in _FLAG_SETTINGS.items()}
     return load_config(path, environ=os.environ, overrides=overrides)
 
 
 def _signing_key(config: PublisherConfig) -> SigningKey:
+    from bloomswarm.common.signing import load_private_key
+
     if config.signing_key is None:
         raise ConfigError("no signing key: pass --key, set signing_key or BLOOMSWARM_SIGNING_KEY")
     return load_private_key(config.signing_key)
 
 
 def _trusted_keys(config: PublisherConfig, signing_key: SigningKey | None) -> list[VerifyKey]:
+    from bloomswarm.common.signing import load_public_keys
+
     keys = [signing_key.public_key()] if signing_key is not None else []
     if config.accepted_public_keys:
         keys += load_public_keys(config.accepted_public_keys)
@@ -190,6 +181,9 @@ def _trusted_keys(config: PublisherConfig, signing_key: SigningKey | None) -> li
 
 def _open_store(config: PublisherConfig) -> S3ObjectStore:
     """The bucket's store, after one request proving it is reachable and exists."""
+    from bloomswarm.common.bucket_layout import LATEST_KEY
+    from bloomswarm.common.storage import S3ObjectStore
+
     store = S3ObjectStore(config.s3)
     store.exists(LATEST_KEY)
     return store
@@ -199,6 +193,14 @@ def _open_store(config: PublisherConfig) -> S3ObjectStore:
 
 
 def run_publish(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.build import BuildSpec, build_filter
+    from bloomswarm.publisher.fingerprint import source_fingerprint
+    from bloomswarm.publisher.publish import publish_filter
+    from bloomswarm.publisher.refresh import refresh_latest
+    from bloomswarm.publisher.retention import apply_retention
+    from bloomswarm.publisher.sources import SourceSpec
+    from bloomswarm.publisher.watch import watch_and_publish
+
     config = load_cli_config(args)
     signing_key = _signing_key(config)
     inputs = list(args.inputs) or ([str(args.watch)] if args.watch else [])
@@ -260,7 +262,7 @@ def run_publish(args: argparse.Namespace) -> int:
         with _stop_on_signals() as stop:
             watch_and_publish(args.watch, publish_once, stop, debounce_s=config.watch_debounce_s)
         return 0
-    with _sigterm_interrupts():
+    with sigterm_interrupts():
         publish_once()
     return 0
 
@@ -269,6 +271,8 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def run_keygen(args: argparse.Namespace) -> int:
+    from bloomswarm.common.signing import write_keypair
+
     private: Path = args.private_key
     public: Path = args.public or private.with_suffix(".pub")
     if public == private:
@@ -283,6 +287,8 @@ def run_keygen(args: argparse.Namespace) -> int:
 
 
 def run_pin(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.pinning import pin
+
     config = load_cli_config(args)
     signing_key = _signing_key(config)
     store = _open_store(config)
@@ -294,6 +300,8 @@ def run_pin(args: argparse.Namespace) -> int:
 
 
 def run_unpin(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.pinning import unpin
+
     config = load_cli_config(args)
     signing_key = _signing_key(config)
     store = _open_store(config)
@@ -306,6 +314,8 @@ def run_unpin(args: argparse.Namespace) -> int:
 
 
 def run_refresh(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.refresh import refresh_latest
+
     config = load_cli_config(args)
     signing_key = _signing_key(config)
     store = _open_store(config)
@@ -321,6 +331,8 @@ def _refreshed(pointer: Pointer) -> str:
 
 
 def run_versions(args: argparse.Namespace) -> int:
+    from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
+
     config = load_cli_config(args)
     store = _open_store(config)
     latest = read_latest(store)
@@ -354,6 +366,9 @@ def run_versions(args: argparse.Namespace) -> int:
 
 
 def run_tracker_sync(args: argparse.Namespace) -> int:
+    from bloomswarm.common.signing import load_public_keys
+    from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
+
     config = load_cli_config(args)
     if config.tracker.whitelist is None:
         raise ConfigError("no whitelist file: pass --whitelist or set tracker.whitelist")
@@ -417,15 +432,3 @@ def _stop_on_signals() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt, so an upload in progress is aborted cleanly."""
-
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -1,67 +1,178 @@
-"""The on-disk layout of an agent's data directory, shared by the agent and LiveFilter.
+"""The agent's data directory: the one place that spells its paths and file names.
 
     DATA_DIR/
-      current -> versions/v42         symlink, flipped atomically on every swap
-      versions/v42/filter.bsf         installed versions, files mode 0444, never modified
-      versions/v42/manifest.json      its signed manifest (+ .sig) and filter.torrent,
-                                      so a restarted agent can re-seed and re-check it
+      current -> versions/v42            symlink, flipped atomically on every swap
+      versions/v42/filter.bsf            installed versions, files mode 0444, never modified
+      versions/v42/manifest.json         its signed manifest, the manifest's signature and
+      versions/v42/manifest.json.sig     its torrent, so a restarted agent can re-seed and
+      versions/v42/filter.torrent        re-check it
       versions/v41/...
-      staging/v43/                    a download in progress (+ .resume); readers never look here
-      state.json                      the agent's last accepted pointer sequence (replay guard)
+      staging/v43/filter.bsf             a download in progress; readers never look here
+      staging/v43/.resume                its resume data
+      staging/v43/.latest.json ...       the announcement's signed documents, to resume it
+      state.json                         the agent's last accepted pointer sequence (replay guard)
 
-The agent is the only writer. Readers resolve ``current`` and open ``filter.bsf``
-inside it.
+The filter file keeps the name it has in the bucket and in its torrent
+(:data:`~bloomswarm.common.bucket_layout.FILTER_FILE_NAME`), as do the manifest, its
+signature and the torrent. The agent is the only writer. Readers (LiveFilter) resolve
+``current`` and open ``filter.bsf`` inside it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic_file import fsync_directory
+from .bucket_layout import FILTER_FILE_NAME, MANIFEST_FILE_NAME, SIGNATURE_SUFFIX, TORRENT_FILE_NAME
 
-CURRENT = "current"
-VERSIONS = "versions"
-STAGING = "staging"
-FILTER_FILE = "filter.bsf"
+_CURRENT = "current"
+_VERSIONS = "versions"
+_STAGING = "staging"
+_STATE_FILE = "state.json"
+_RESUME_FILE = ".resume"
+_FLIP_TEMP = f".{_CURRENT}.tmp-"
+_VERSION_NAME = re.compile(r"v([1-9][0-9]*)")
 
-
-def version_dir(data_dir: Path, version: int) -> Path:
-    """The directory where version ``version`` is installed."""
-    return data_dir / VERSIONS / f"v{version}"
-
-
-def current_filter_path(data_dir: Path) -> Path:
-    """The path readers open: ``current/filter.bsf`` (follows the link when opened)."""
-    return data_dir / CURRENT / FILTER_FILE
-
-
-def current_version(data_dir: Path) -> int | None:
-    """The version ``current`` points at, or None when nothing is installed."""
-    try:
-        target = os.readlink(data_dir / CURRENT)
-    except (FileNotFoundError, OSError):
-        return None
-    name = Path(target).name
-    if name.startswith("v") and name[1:].isdigit():
-        return int(name[1:])
-    return None
+_STAGED_DOCUMENT_FILES = {  # by the fields of agent.announcements.SignedDocuments
+    "pointer_envelope": ".latest.json",
+    "manifest": "." + MANIFEST_FILE_NAME,
+    "manifest_signature": "." + MANIFEST_FILE_NAME + SIGNATURE_SUFFIX,
+    "torrent": "." + TORRENT_FILE_NAME,
+}
 
 
-def flip_current(data_dir: Path, version: int) -> None:
-    """Point ``current`` at an installed version atomically, durably.
+def version_of_dir_name(name: str) -> int | None:
+    """N for a version directory's name "vN" (no leading zeros); None for anything else."""
+    match = _VERSION_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
 
-    A temporary symlink is created next to ``current`` and renamed over it (rename is
-    atomic), then the directory is fsynced. Readers see the old or the new target,
-    never a missing link.
-    """
-    target = os.path.join(VERSIONS, f"v{version}")
-    if not (data_dir / target / FILTER_FILE).is_file():
-        raise FileNotFoundError(f"version {version} is not installed under {data_dir}")
-    tmp = data_dir / f".{CURRENT}.tmp-{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    os.symlink(target, tmp)
-    os.replace(tmp, data_dir / CURRENT)
-    fsync_directory(data_dir)
+
+@dataclass(frozen=True)
+class DataDir:
+    """The layout of one data directory rooted at ``root``; paths only, plus the
+    ``current`` link, which it reads and flips."""
+
+    root: Path
+
+    # -- what readers use --------------------------------------------------------------
+
+    @property
+    def current(self) -> Path:
+        """The ``current`` symlink."""
+        return self.root / _CURRENT
+
+    @property
+    def current_filter(self) -> Path:
+        """The path readers open: ``current/filter.bsf`` (follows the link when opened)."""
+        return self.current / FILTER_FILE_NAME
+
+    @staticmethod
+    def is_current_link(name: str | os.PathLike[str] | bytes) -> bool:
+        """Whether a directory entry named ``name`` (a watcher's event) is ``current``."""
+        return os.path.basename(os.fsdecode(name)) == _CURRENT
+
+    def current_version(self) -> int | None:
+        """The version ``current`` points at, or None when nothing is installed."""
+        try:
+            target = os.readlink(self.current)
+        except OSError:
+            return None
+        return version_of_dir_name(Path(target).name)
+
+    def flip_current(self, version: int) -> None:
+        """Point ``current`` at an installed version atomically, durably.
+
+        A temporary symlink is created next to ``current`` and renamed over it (rename is
+        atomic), then the directory is fsynced. Readers see the old or the new target,
+        never a missing link. FileNotFoundError when ``version`` is not installed.
+        """
+        target = os.path.join(_VERSIONS, f"v{version}")
+        if not self.filter_file(version).is_file():
+            raise FileNotFoundError(f"version {version} is not installed under {self.root}")
+        tmp = self.root / f"{_FLIP_TEMP}{os.getpid()}"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(target, tmp)
+        os.replace(tmp, self.current)
+        fsync_directory(self.root)
+
+    def flip_leftovers(self) -> list[Path]:
+        """Temporary links left by flips a crash interrupted."""
+        return sorted(self.root.glob(f"{_FLIP_TEMP}*"))
+
+    # -- installed versions ------------------------------------------------------------
+
+    @property
+    def versions(self) -> Path:
+        """The directory holding one ``vN`` directory per installed version."""
+        return self.root / _VERSIONS
+
+    def version_dir(self, version: int) -> Path:
+        """The directory where version ``version`` is installed."""
+        return self.versions / f"v{version}"
+
+    def filter_file(self, version: int) -> Path:
+        """The installed filter of ``version`` (exists only complete and verified)."""
+        return self.filter_in(self.version_dir(version))
+
+    @staticmethod
+    def filter_in(directory: Path) -> Path:
+        """The filter file inside a version or staging directory."""
+        return directory / FILTER_FILE_NAME
+
+    def manifest_file(self, version: int) -> Path:
+        """The signed manifest stored beside an installed version."""
+        return self.version_dir(version) / MANIFEST_FILE_NAME
+
+    def signature_file(self, version: int) -> Path:
+        """The manifest's detached signature stored beside an installed version."""
+        return self.version_dir(version) / (MANIFEST_FILE_NAME + SIGNATURE_SUFFIX)
+
+    def torrent_file(self, version: int) -> Path:
+        """The torrent stored beside an installed version."""
+        return self.version_dir(version) / TORRENT_FILE_NAME
+
+    # -- downloads in progress ---------------------------------------------------------
+
+    @property
+    def staging(self) -> Path:
+        """The directory holding downloads in progress."""
+        return self.root / _STAGING
+
+    def staging_dir(self, version: int) -> Path:
+        """Where version ``version`` is downloaded: ``staging/vN``."""
+        return self.staging / f"v{version}"
+
+    def staged_file(self, version: int) -> Path:
+        """The filter being downloaded into ``staging/vN`` (its torrent's file name)."""
+        return self.filter_in(self.staging_dir(version))
+
+    def resume_file(self, version: int) -> Path:
+        """Resume data of the download in ``staging/vN``."""
+        return self.resume_in(self.staging_dir(version))
+
+    @staticmethod
+    def resume_in(staging_dir: Path) -> Path:
+        """Resume data of the download in ``staging_dir``."""
+        return staging_dir / _RESUME_FILE
+
+    @staticmethod
+    def staged_documents(staging_dir: Path) -> dict[str, Path]:
+        """Where the announcement's signed documents are kept in ``staging_dir``, by
+        document ("pointer_envelope", "manifest", "manifest_signature", "torrent": the
+        fields of SignedDocuments)."""
+        return {name: staging_dir / file for name, file in _STAGED_DOCUMENT_FILES.items()}
+
+    # -- agent state -------------------------------------------------------------------
+
+    @property
+    def state_file(self) -> Path:
+        """The agent's last accepted pointer sequence (the replay guard)."""
+        return self.root / _STATE_FILE
+
+
+__all__ = ["DataDir", "version_of_dir_name"]

@@ -1,4 +1,4 @@
-"""The project's error hierarchy.
+"""The project's error hierarchy: every exception class bloomswarm defines lives here.
 
 Every error bloomswarm raises on purpose derives from :class:`BloomswarmError`, so a
 caller (the CLI, the agent's loop) can catch exactly the failures it knows how to
@@ -8,16 +8,29 @@ at the boundary where they are raised, with ``raise ... from exc``.
     BloomswarmError
      ├── FormatError            a filter file, manifest or pointer is malformed
      ├── VerificationError      a signature, checksum or info-hash does not match
+     │    └── CheckFailed       one check of the agent's swap gate failed (``check`` names it)
      ├── StorageError           the object store failed or refused a request
      │    ├── ObjectNotFound    the key (or bucket) does not exist
-     │    └── PreconditionFailed  a conditional write lost its race
+     │    ├── PreconditionFailed  a conditional write lost its race
+     │    └── RangeNotSatisfiable  a byte range starts past the end (HTTP 416)
      ├── ConfigError            a configuration value or CLI argument is invalid
-     │    └── InsecureKeyFile   a private key file is open to group or others
+     │    ├── InsecureKeyFile   a private key file is open to group or others
+     │    └── UsageError        a command line that does not parse (the CLI's exit code 2)
      ├── InputError             the publisher's input data cannot be read or parsed
-     └── NotReadyError          no filter version is installed yet
+     ├── NotReadyError          no filter version is installed yet
+     ├── DownloadRefused        a version is too large for the limit or the disk (``reason``)
+     └── FleetError             the local sandbox fleet could not start or did not converge
 
+Anything else that escapes is a bug, not bad input: the CLI reports it as an internal
+error (exit code 70) and shows its traceback with ``--debug`` or ``BLOOMSWARM_DEBUG=1``.
 Key-encoding mistakes (a ``float`` key, an ``int`` beyond 64 bits) raise the built-in
-``TypeError`` / ``OverflowError`` because they are programming errors, not bad data.
+``TypeError`` / ``OverflowError`` because they are programming errors, not bad data;
+code that takes keys from users (the CLI, the publisher's inputs) validates them first
+and raises :class:`InputError` or :class:`ConfigError`.
+
+The one exception class kept elsewhere is private control flow, never an error a caller
+sees: ``agent.direct._Stopped`` unwinds a download thread whose job was removed, and is
+caught in the same module.
 """
 
 from __future__ import annotations
@@ -37,6 +50,18 @@ class VerificationError(BloomswarmError):
     """A signature, checksum or info-hash does not match what was expected."""
 
 
+class CheckFailed(VerificationError):
+    """One check of the swap gate (or of an announcement) failed.
+
+    ``check`` is a short label ("sha256", "info_hash", "manifest_signature", ...): the
+    reason label of the verification-failure metric.
+    """
+
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+
+
 class StorageError(BloomswarmError):
     """The object store failed or refused a request."""
 
@@ -47,6 +72,10 @@ class ObjectNotFound(StorageError):
 
 class PreconditionFailed(StorageError):
     """A conditional write (``If-None-Match`` / ``If-Match``) lost its race."""
+
+
+class RangeNotSatisfiable(StorageError):
+    """A byte range starts at or beyond the end of the object (HTTP 416)."""
 
 
 class ConfigError(BloomswarmError):
@@ -73,9 +102,28 @@ def _insecure_key_file(path: str, mode: int, acl: bool) -> InsecureKeyFile:
     return InsecureKeyFile(path, mode, acl=acl)
 
 
+class UsageError(ConfigError):
+    """A command line that does not parse: the message is argparse's, prefixed with the command."""
+
+
 class InputError(BloomswarmError):
     """Input data (keys to build from) cannot be read or parsed."""
 
 
 class NotReadyError(BloomswarmError):
     """No verified filter version is installed yet, so there is nothing to answer from."""
+
+
+class DownloadRefused(BloomswarmError):
+    """A version cannot be downloaded here: too large for the configured limit or the disk.
+
+    ``reason`` is "file_too_large" or "disk_space" (the metric label).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class FleetError(BloomswarmError):
+    """The local sandbox fleet (:mod:`bloomswarm.sandbox`) could not start or did not converge."""

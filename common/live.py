@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .datadir import CURRENT, current_filter_path
+from .datadir import DataDir
 from .errors import BloomswarmError, NotReadyError
 from .fastpath import Engine
 from .keys import Key
@@ -117,7 +117,7 @@ class LiveFilter:
 
     def refresh(self) -> bool:
         """Check ``current`` now and swap if it names a new, valid file; True if swapped."""
-        path = current_filter_path(self.directory)
+        path = DataDir(self.directory).current_filter
         with self._lock:
             try:
                 stat = os.stat(path)
@@ -192,7 +192,7 @@ def _start_observer(directory: Path, refresh: Callable[[], bool]) -> Any:
     class _CurrentChanged(FileSystemEventHandler):
         def on_any_event(self, event: FileSystemEvent) -> None:
             for changed in (event.src_path, getattr(event, "dest_path", "")):
-                if os.path.basename(os.fsdecode(changed)) == CURRENT:
+                if DataDir.is_current_link(changed):
                     try:
                         refresh()
                     except Exception:

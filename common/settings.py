@@ -17,12 +17,14 @@ as a plain value, an unknown setting (in the file or a flag; in the environment 
 ``strict`` loader, since components may share a prefix), and a value of the wrong type.
 Checks across settings (required ones, ranges) stay with the component and its dataclasses.
 
-Values are checked against the annotated type: ``str``, ``int`` (not bool), ``float`` (an
-int is accepted), ``bool``, ``Path``, ``tuple[X, ...]`` (a list), ``Literal`` choices,
-``X | None``, and the types a component registers its own coercer for. Environment strings
-are converted first: numbers, ``true``/``false`` (``1``/``0``, ``yes``/``no``, ``on``/``off``),
-comma-separated lists. A table whose dataclass has a ``from_mapping`` classmethod gets its
-raw values (TOML values or environment strings) and checks them itself.
+Values are checked against the annotated type, the same way in every table and from every
+source: ``str``, ``int`` (not bool), ``float`` (an int is accepted; nan, inf and -inf are
+refused), ``bool`` (a TOML or flag boolean only: the string ``"yes"`` is refused),
+``Path``, ``tuple[X, ...]`` (a list), ``Literal`` choices, ``X | None``, and the types a
+component registers its own coercer for. Environment strings are converted first
+(:func:`from_text`): numbers; for a bool ``true``/``false``, ``1``/``0``, ``yes``/``no``,
+``on``/``off`` in any case, any other text refused; comma-separated lists. The converted
+value then goes through the same check as a file's.
 """
 
 from __future__ import annotations
@@ -63,9 +65,13 @@ def int_value(value: object) -> object:
 def float_value(value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError("must be a number")
-    if not math.isfinite(value):  # NaN passes every "> 0" check; inf overflows timers
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ValueError("must be a finite number") from None
+    if not math.isfinite(number):  # NaN passes every "> 0" check; inf overflows timers
         raise ValueError("must be a finite number")
-    return float(value)
+    return number
 
 
 def bool_value(value: object) -> object:
@@ -102,18 +108,21 @@ def optional_inner(kind: Any) -> Any:
     return kind
 
 
+BOOL_WORDS: Mapping[str, bool] = {
+    "true": True, "1": True, "yes": True, "on": True,
+    "false": False, "0": False, "no": False, "off": False,
+}
+"""The environment strings a bool setting takes (compared in lower case)."""
+
+
 def from_text(kind: Any, text: str) -> object:
-    """Turn an environment string into the plain value a TOML file would hold."""
+    """Turn an environment string into the plain value a TOML file would hold; text that
+    is no such value is returned as it is, for the coercer to refuse by name."""
     kind = optional_inner(kind)
     text = text.strip()
     try:
         if kind is bool:
-            lowered = text.lower()
-            if lowered in ("1", "true", "yes", "on"):
-                return True
-            if lowered in ("0", "false", "no", "off"):
-                return False
-            return text
+            return BOOL_WORDS.get(text.lower(), text)
         if kind is int:
             return int(text.replace("_", ""))
         if kind is float:
@@ -185,11 +194,6 @@ class SettingsLoader:
         """The environment variable of a setting: "s3.bucket" -> PREFIX + "S3_BUCKET"."""
         return self.env_prefix + setting.upper().replace(".", "_")
 
-    def _self_parsing(self, name: str) -> bool:
-        """Whether setting ``name`` is in a table whose dataclass checks its own values."""
-        table = name.split(".", 1)[0] if "." in name else None
-        return table is not None and hasattr(self.tables.get(table), "from_mapping")
-
     # --- reading --------------------------------------------------------------------------
 
     def load(
@@ -249,8 +253,7 @@ class SettingsLoader:
             name = by_env.get(variable)
             if name is None:
                 raise ConfigError(f"unknown setting in the environment: {variable}")
-            text = environ[variable]
-            value = text if self._self_parsing(name) else from_text(self.settings[name], text)
+            value = from_text(self.settings[name], environ[variable])
             values[name] = self.coerce(name, value, variable)
         return values
 
@@ -261,8 +264,6 @@ class SettingsLoader:
         setting and ``where`` the value came from."""
         if name not in self.settings:
             raise ConfigError(f"{where}: unknown setting {name!r}")
-        if self._self_parsing(name):
-            return value  # the table's from_mapping checks it, naming the setting
         kind = self.settings[name]
         if value is None and optional_inner(kind) is not kind:
             return None
@@ -303,18 +304,26 @@ class SettingsLoader:
 
     def fields(self, values: Mapping[str, object]) -> dict[str, object]:
         """Keyword arguments for the root dataclass: the top-level values, and each table
-        that has values built from them (by ``from_mapping`` when it has one), in field
-        order. A table without values is left to its default."""
+        that has values built from them, in field order. A table without values is left to
+        its default."""
         top: dict[str, object] = {k: v for k, v in values.items() if "." not in k}
         for table, kind in self.tables.items():
             sub = self.table_values(values, table)
             if sub:
-                from_mapping = getattr(kind, "from_mapping", None)
-                top[table] = from_mapping(sub) if from_mapping is not None else kind(**sub)
+                top[table] = kind(**sub)
         return top
+
+    def load_table(self, table: str, values: Mapping[str, object], where: str) -> Any:
+        """One table's dataclass from plain values as a TOML table holds them (key inside
+        the table -> value), checked like a file's; ConfigError names ``where``."""
+        if table not in self.tables:
+            raise ConfigError(f"{where}: unknown table {table!r}")
+        checked = {key: self.coerce(f"{table}.{key}", value, where) for key, value in values.items()}
+        return self.tables[table](**checked)
 
 
 __all__ = [
+    "BOOL_WORDS",
     "SIMPLE",
     "Coercer",
     "SettingsLoader",

@@ -81,10 +81,16 @@ def count_keys(source: SourceSpec, *, progress: bool = True) -> int:
 
 
 def empty_builder(capacity: int, spec: BuildSpec) -> FilterBuilder:
-    """The empty filter both engines fill: sized for ``capacity`` keys (at least 1)."""
-    return FilterBuilder.for_capacity(
-        max(capacity, 1), spec.target_fpp, layout=spec.layout, seed=spec.hash_seed, engine=spec.kernel
-    )
+    """The empty filter both engines fill: sized for ``capacity`` keys (at least 1).
+
+    ConfigError when no filter fits (too many keys for the layout, a rate outside (0, 1)).
+    """
+    try:
+        return FilterBuilder.for_capacity(
+            max(capacity, 1), spec.target_fpp, layout=spec.layout, seed=spec.hash_seed, engine=spec.kernel
+        )
+    except ValueError as exc:  # size_filter's refusal of the user's key count or rate
+        raise ConfigError(str(exc)) from exc
 
 
 def warn_if_over_capacity(builder: FilterBuilder, capacity: int) -> None:

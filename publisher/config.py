@@ -30,9 +30,10 @@ The ``[s3]`` table takes every field of :class:`~bloomswarm.common.storage.S3Con
 No secret belongs here: boto3's standard credential chain (``AWS_ACCESS_KEY_ID`` /
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE`` or ``s3.profile``, shared files, instance and
 pod roles) supplies credentials. An unknown setting in the file or a value of the wrong
-type raises ConfigError naming it; unknown ``BLOOMSWARM_*`` variables are ignored (other
-components use the prefix too). :mod:`bloomswarm.common.settings` does the reading and
-checking for both components.
+type (nan or inf where a number belongs, a string where a bool does) raises ConfigError
+naming it; unknown ``BLOOMSWARM_*`` variables are ignored (other components use the prefix
+too). :mod:`bloomswarm.common.settings` does the reading and checking for both components,
+the same way in every table.
 """
 
 from __future__ import annotations

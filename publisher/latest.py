@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bloomswarm.common.bucket_layout import LATEST_KEY, manifest_key
 from bloomswarm.common.errors import ObjectNotFound, PreconditionFailed, StorageError
-from bloomswarm.common.manifest import LATEST_KEY, Pointer, manifest_key, seal_pointer
+from bloomswarm.common.pointer import Pointer, seal_pointer
 from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import ObjectStore
 

@@ -16,7 +16,8 @@ import logging
 from collections.abc import Sequence
 
 from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
-from bloomswarm.common.manifest import Manifest, Pointer
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.pointer import Pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey
 from bloomswarm.common.storage import ObjectStore
 

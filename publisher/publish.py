@@ -41,21 +41,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.errors import ObjectNotFound, PreconditionFailed, StorageError
-from bloomswarm.common.header import FilterHeader
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     FILTER_FILE_NAME,
-    FilterSummary,
-    Manifest,
-    Pointer,
     filter_key,
     manifest_key,
     new_attempt_id,
-    sign_manifest,
     signature_key,
     torrent_key,
 )
+from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.errors import ObjectNotFound, PreconditionFailed, StorageError
+from bloomswarm.common.filter_summary import FilterSummary
+from bloomswarm.common.header import FilterHeader
+from bloomswarm.common.manifest import Manifest, sign_manifest
+from bloomswarm.common.pointer import Pointer
 from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import ObjectStore
 

@@ -17,8 +17,9 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.errors import ConfigError, ObjectNotFound, StorageError
-from bloomswarm.common.manifest import LATEST_KEY, Pointer, open_pointer
+from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey
 from bloomswarm.common.storage import ObjectStore
 

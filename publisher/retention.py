@@ -31,14 +31,15 @@ import logging
 import time
 from dataclasses import dataclass
 
-from bloomswarm.common.errors import FormatError, ObjectNotFound
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     attempt_started_at,
+    is_manifest_key,
     manifest_key,
     parse_version_prefix,
     signature_key,
     version_prefix,
 )
+from bloomswarm.common.errors import FormatError, ObjectNotFound
 from bloomswarm.common.storage import ObjectStore, PendingUpload
 
 from .versions import VersionFolder, read_latest, read_manifest, scan_versions
@@ -105,9 +106,9 @@ def apply_retention(
 ) -> RetentionPlan:
     """Plan retention, then delete (manifests first) and abort stale uploads."""
     plan = plan_retention(store, keep_versions, grace_s, now=now)
-    manifests = [k for k in plan.delete_keys if k.endswith("/manifest.json")]
+    manifests = [k for k in plan.delete_keys if is_manifest_key(k)]
     store.delete(manifests)
-    store.delete([k for k in plan.delete_keys if not k.endswith("/manifest.json")])
+    store.delete([k for k in plan.delete_keys if not is_manifest_key(k)])
     for upload in plan.abort_uploads:
         store.abort_multipart_upload(upload.key, upload.upload_id)
     if plan.delete_keys or plan.abort_uploads:

@@ -18,10 +18,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from bloomswarm.common.errors import ConfigError, InputError
-from bloomswarm.common.storage import S3Config, S3ObjectStore, parse_s3_url
+from bloomswarm.common.storage import S3Config, parse_s3_url
+
+if TYPE_CHECKING:  # imported by store_for: building from local files never loads boto3
+    from bloomswarm.common.storage import S3ObjectStore
 
 ENDPOINT_ENV = "BLOOMSWARM_S3_ENDPOINT_URL"
 """Environment variable naming the S3 endpoint for ``s3://`` inputs (MinIO, moto, ...).
@@ -133,6 +136,8 @@ def _list_s3(url: str, template: S3Config | None) -> list[InputRef]:
 @functools.lru_cache(maxsize=16)
 def store_for(config: S3Config) -> S3ObjectStore:
     """One storage client per configuration and process (boto3 clients are thread-safe)."""
+    from bloomswarm.common.storage import S3ObjectStore
+
     return S3ObjectStore(config)
 
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bloomswarm.common.errors import ObjectNotFound
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
-    Manifest,
-    Pointer,
     attempt_started_at,
     manifest_key,
     parse_version_prefix,
-    read_pointer_unverified,
     signature_key,
-    verify_manifest,
     version_prefix,
 )
+from bloomswarm.common.errors import ObjectNotFound
+from bloomswarm.common.manifest import Manifest, verify_manifest
+from bloomswarm.common.pointer import Pointer, read_pointer_unverified
 from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import ObjectStore
 

@@ -1,13 +1,18 @@
 """A whole bloomswarm deployment on 127.0.0.1: object store, tracker, publisher, N agents.
 
-:class:`LocalFleet` starts moto's S3 server with a bucket, an :class:`OriginProxy` in
-front of it (the agents' view of the origin: counted, optionally capped or faulty),
-opentracker (or, with ``discovery="dht"``, the agents' DHT bootstrapped from the first
-agent), an ed25519 key pair, and N agents as ``bloomswarm agent run`` processes, each
-with its own data directory, BitTorrent port and status port. :meth:`LocalFleet.publish`
-publishes a version with the publisher's own code (whitelisting it on the tracker before
-``latest.json`` moves); :meth:`LocalFleet.wait_for_version` follows the agents until all
-have swapped to it. Everything started is stopped by :meth:`LocalFleet.stop`, by PID.
+:class:`LocalFleet` starts moto's S3 server with a bucket (or uses a bucket it is given),
+an :class:`~bloomswarm.sandbox.origin.Origin` in front of it (the agents' view of the
+origin: counted, optionally capped or faulty), opentracker (or uses one it is given; or,
+with ``discovery="dht"``, the agents' DHT bootstrapped from the first agent), an ed25519
+key pair (or the key it is given), and N agents as ``bloomswarm agent run`` processes
+moving bytes with the swarm or the direct transfer, each with its own data directory,
+BitTorrent port and status port; more agents join with :meth:`LocalFleet.add_agent`.
+:meth:`LocalFleet.publish` publishes a version with the publisher's own code
+(whitelisting it on the tracker before ``latest.json`` moves), :meth:`LocalFleet.point_latest`
+and :meth:`LocalFleet.hold_latest` move or pin ``latest.json``;
+:meth:`LocalFleet.wait_for_version` follows the agents until all have swapped to a
+version. Everything the fleet started is stopped by :meth:`LocalFleet.stop`, by PID;
+what it was given is left running.
 
 The demo, the swarm and soak benchmarks and the functional tests drive a fleet with it.
 """
@@ -15,6 +20,7 @@ The demo, the swarm and soak benchmarks and the functional tests drive a fleet w
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -25,15 +31,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 import boto3
+from cryptography.hazmat.primitives import serialization
 
 from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.datadir import DataDir
+from bloomswarm.common.errors import FleetError
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config, S3ObjectStore
-from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.config import PublisherConfig, TorrentFormat
+from bloomswarm.publisher.latest import Target, swap_latest
+from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.sandbox.agent_process import AgentProcess
-from bloomswarm.sandbox.origin_proxy import OriginProxy
+from bloomswarm.sandbox.origin import Origin
 from bloomswarm.sandbox.processes import Service, free_port
 from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
@@ -55,6 +66,7 @@ class FleetSpec:
     """How to lay out a fleet. Rates are bytes/s; 0 means unlimited."""
 
     agents: int = 8
+    """Agents started by :meth:`LocalFleet.start` (0: none; add them with ``add_agent``)."""
     discovery: Discovery = "auto"
     """"tracker" (opentracker must be installed), "dht", or "auto": the tracker where
     the ``opentracker`` binary is found, else the DHT."""
@@ -62,27 +74,35 @@ class FleetSpec:
     """"direct": every agent downloads the whole file from the origin (no P2P)."""
     piece_size: int | None = None
     """Torrent piece size; None lets the publisher choose from the file size."""
+    torrent_format: TorrentFormat = "v1"
+    """The publisher's torrents: v1 (its default) or hybrid v1+v2."""
     upload_rate_limit: int = 0
     """Each agent's BitTorrent upload cap (applies to loopback peers too)."""
     download_rate_limit: int = 0
     """Each agent's download cap (BitTorrent and, with the direct transfer, HTTP)."""
     origin_rate_limit: int = 0
-    """The origin's total egress (the proxy's shared budget)."""
+    """The origin's total egress (one budget all its connections share)."""
     origin_connection_rate: int = 0
-    """Each origin response's own pace, like S3's bounded per-connection throughput."""
+    """Each origin connection's own pace, like S3's bounded per-connection throughput."""
     origin_fault_rate: float = 0.0
-    """Fraction of origin requests that fail (503 or a stall), see OriginProxy."""
+    """Fraction of origin requests that fail (503 or a stall), see :class:`Origin`."""
+    origin_cache_files: bool = True
+    """The origin keeps a copy of each filter file; False: every request goes to the S3
+    server (for tests that change an object in place)."""
     poll_interval_s: float = 0.5
     """How often agents poll latest.json."""
     keep_versions: int = 2
+    """Versions each agent keeps installed."""
+    publisher_keep_versions: int | None = None
+    """Versions the publisher keeps in the bucket; None: ``keep_versions`` (at least 2)."""
     swarm: Mapping[str, object] = field(default_factory=dict)
     """Extra ``[swarm]`` settings for every agent (override the fleet's)."""
     agent_tables: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Extra settings per config table for every agent, e.g. ``{"watch": {...}}``."""
 
     def __post_init__(self) -> None:
-        if self.agents < 1:
-            raise ValueError("a fleet needs at least one agent")
+        if self.agents < 0:
+            raise ValueError("a fleet cannot have fewer than no agents")
         if self.discovery not in ("tracker", "dht", "auto"):
             raise ValueError(f"unknown discovery {self.discovery!r}")
 
@@ -143,41 +163,51 @@ class AgentView:
         return None
 
 
-class FleetError(RuntimeError):
-    """The fleet could not start or did not converge."""
-
-
 class LocalFleet(Service):
     """The deployment; use as a context manager or call :meth:`start` / :meth:`stop`.
 
-    While it runs, fake AWS credentials are set in this process's environment (moto
-    accepts any); :meth:`stop` restores the previous values.
+    Given ``s3`` (a bucket that exists, e.g. on a moto server a test runs), the fleet
+    starts no S3 server and sets no credentials; otherwise, while it runs, fake AWS
+    credentials are set in this process's environment (moto accepts any) and
+    :meth:`stop` restores the previous values. Given ``tracker`` (running), the agents
+    announce to it and the fleet starts none. ``signing_key`` is the publisher's key
+    (default: a new one).
     """
 
-    def __init__(self, root: Path, spec: FleetSpec | None = None) -> None:
+    def __init__(self, root: Path, spec: FleetSpec | None = None, *, s3: S3Config | None = None,
+                 tracker: OpenTracker | None = None, signing_key: SigningKey | None = None) -> None:
         self.root = Path(root)
         self.spec = spec or FleetSpec()
-        self.discovery: Literal["tracker", "dht"] = self._discovery(self.spec.discovery)
-        self.s3_server = MotoServer()
-        self.tracker: OpenTracker | None = None
-        self.proxy: OriginProxy | None = None
+        self.discovery: Literal["tracker", "dht"] = self._discovery(self.spec.discovery, tracker is not None)
+        self.s3_server = MotoServer() if s3 is None else None
+        self.tracker: OpenTracker | None = tracker
+        self._own_tracker = tracker is None
+        self.proxy: Origin | None = None
         self.agents: list[AgentProcess] = []
-        self.store: S3ObjectStore | None = None
-        self.s3: S3Config | None = None
-        self.signing_key: SigningKey | None = None
+        self._agent_tables: dict[str, Mapping[str, Mapping[str, object]]] = {}
+        self.s3: S3Config | None = s3
+        self._store: S3ObjectStore | None = None
+        self.signing_key: SigningKey | None = signing_key
         self.public_key_path = self.root / "publisher.pub"
         self._saved_env: dict[str, str | None] = {}
         self._bootstrap_port = 0
 
     @staticmethod
-    def _discovery(requested: Discovery) -> Literal["tracker", "dht"]:
-        has_tracker = shutil.which("opentracker") is not None
+    def _discovery(requested: Discovery, given_tracker: bool) -> Literal["tracker", "dht"]:
+        has_tracker = given_tracker or shutil.which("opentracker") is not None
         if requested == "auto":
             return "tracker" if has_tracker else "dht"
         if requested == "tracker" and not has_tracker:
             raise FleetError("opentracker is not installed (apt-get install opentracker), "
                              "or use the DHT")
         return requested
+
+    @property
+    def store(self) -> S3ObjectStore:
+        """The bucket, as the publisher sees it (not through the origin)."""
+        if self._store is None:
+            raise FleetError("the fleet is not started")
+        return self._store
 
     # --- life cycle -------------------------------------------------------------------------
 
@@ -188,21 +218,27 @@ class LocalFleet(Service):
         step = on_step or (lambda _what: None)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._set_credentials()
-            step("S3 server (moto)")
-            endpoint = self.s3_server.start()
-            self.s3 = S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=endpoint, region="us-east-1",
-                               connect_timeout_s=2.0, read_timeout_s=60.0)
-            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
-            self.store = S3ObjectStore(self.s3)
-            self.proxy = OriginProxy(endpoint, rate_limit=self.spec.origin_rate_limit,
-                                     connection_rate=self.spec.origin_connection_rate,
-                                     fault_rate=self.spec.origin_fault_rate,
-                                     host=ORIGIN_HOST).start()
-            private, public = generate_keypair()
-            self.signing_key = parse_private_key(private)
-            self.public_key_path.write_bytes(public)
-            if self.discovery == "tracker" and self.spec.transfer == "swarm":
+            if self.s3_server is not None:
+                self._set_credentials()
+                step("S3 server (moto)")
+                endpoint = self.s3_server.start()
+                self.s3 = S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=endpoint, region="us-east-1",
+                                   connect_timeout_s=2.0, read_timeout_s=60.0)
+                s3_client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+                s3_client.create_bucket(Bucket=BUCKET)
+            if self.s3 is None or self.s3.endpoint_url is None:
+                raise FleetError("a fleet's bucket needs an endpoint URL")
+            self._store = S3ObjectStore(self.s3)
+            spec = self.spec
+            self.proxy = Origin(upstream=self.s3.endpoint_url, rate_limit=spec.origin_rate_limit,
+                                connection_rate=spec.origin_connection_rate,
+                                fault_rate=spec.origin_fault_rate, cache_files=spec.origin_cache_files,
+                                host=ORIGIN_HOST).start()
+            if self.signing_key is None:
+                self.signing_key = parse_private_key(generate_keypair()[0])
+            self.public_key_path.write_bytes(self.signing_key.key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+            if self.discovery == "tracker" and self.spec.transfer == "swarm" and self.tracker is None:
                 step("tracker (opentracker)")
                 self.tracker = OpenTracker().start()
             step(f"{self.spec.agents} agents")
@@ -215,20 +251,22 @@ class LocalFleet(Service):
 
     def stop(self) -> None:
         """Stop every agent (SIGTERM to all, then wait; SIGKILL stragglers), the tracker,
-        the proxy and the S3 server, each by its PID; restore the environment."""
+        the origin and the S3 server (those the fleet started), each by its PID; restore
+        the environment."""
         for agent in self.agents:
             if agent.process is not None and agent.process.poll() is None:
                 agent.process.send_signal(signal.SIGTERM)
         for agent in self.agents:
             with contextlib.suppress(AssertionError):  # killed after the timeout: stopped all the same
                 agent.stop(signal.SIGTERM, timeout=20)
-        if self.tracker is not None:
+        if self.tracker is not None and self._own_tracker:
             self.tracker.stop()
             self.tracker = None
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None
-        self.s3_server.stop()
+        if self.s3_server is not None:
+            self.s3_server.stop()
         self._restore_credentials()
 
     def _set_credentials(self) -> None:
@@ -280,22 +318,34 @@ class LocalFleet(Service):
             tables.setdefault(table, {}).update(values)
         return tables
 
-    def add_agent(self, index: int | None = None) -> AgentProcess:
-        """Start one more agent (named ``agent<index>``) and return it."""
+    def add_agent(self, index: int | None = None, *, name: str | None = None,
+                  tables: Mapping[str, Mapping[str, object]] | None = None) -> AgentProcess:
+        """Start one more agent (named ``name``, default ``agent<index>``) and return it;
+        ``tables`` adds to (or overrides) its config tables."""
         if self.proxy is None or self.s3 is None:
             raise FleetError("the fleet is not started")
         index = len(self.agents) if index is None else index
-        agent = AgentProcess(self.root / f"agent{index}", self._agent_s3(), self.public_key_path,
-                             tables=self.agent_settings(index), transfer=self.spec.transfer)
+        name = name or f"agent{index}"
+        self._agent_tables[name] = tables or {}
+        agent = AgentProcess(self.root / name, self._agent_s3(), self.public_key_path,
+                             tables=self._settings(index, name), transfer=self.spec.transfer)
         agent.start()
         self.agents.append(agent)
         return agent
 
+    def _settings(self, index: int, name: str) -> dict[str, dict[str, object]]:
+        """Agent ``index``'s tables, with those it was added with."""
+        tables = self.agent_settings(index)
+        for table, values in self._agent_tables.get(name, {}).items():
+            tables.setdefault(table, {}).update(values)
+        return tables
+
     def _agent_s3(self) -> S3Config:
-        """The agents' view of the bucket: through the origin proxy."""
-        if self.proxy is None:
+        """The agents' view of the bucket: through the origin."""
+        if self.proxy is None or self.s3 is None:
             raise FleetError("the fleet is not started")
-        return S3Config(bucket=BUCKET, prefix=PREFIX, endpoint_url=self.proxy.endpoint, region="us-east-1")
+        return S3Config(bucket=self.s3.bucket, prefix=self.s3.prefix, endpoint_url=self.proxy.endpoint,
+                        region=self.s3.region or "us-east-1")
 
     def _replace_agent(self, index: int) -> AgentProcess:
         """A new process for agent ``index`` on new ports (its old one has exited)."""
@@ -303,7 +353,7 @@ class LocalFleet(Service):
         old.stop(signal.SIGKILL, timeout=5)
         (old.root / "agent.log").replace(old.root / f"agent.log.port-taken-{time.time_ns()}")
         agent = AgentProcess(old.root, self._agent_s3(), self.public_key_path,
-                             tables=self.agent_settings(index), transfer=self.spec.transfer)
+                             tables=self._settings(index, old.root.name), transfer=self.spec.transfer)
         agent.start()
         self.agents[index] = agent
         return agent
@@ -359,15 +409,15 @@ class LocalFleet(Service):
         if self.s3 is None:
             raise FleetError("the fleet is not started")
         trackers = (self.tracker.announce_url,) if self.tracker is not None else ()
+        keep = self.spec.publisher_keep_versions or max(self.spec.keep_versions, 2)
         return PublisherConfig(s3=self.s3, publisher_id=PUBLISHER_ID, trackers=trackers,
-                               piece_size=self.spec.piece_size, keep_versions=max(self.spec.keep_versions, 2),
-                               work_dir=self.root)
+                               piece_size=self.spec.piece_size, torrent_format=self.spec.torrent_format,
+                               keep_versions=keep, work_dir=self.root)
 
     def publish(self, builder: FilterBuilder, *, progress: bool = False) -> Published:
         """Publish ``builder``'s filter as the next version; the tracker (if any) learns its
         info-hashes before latest.json moves, so agents can announce it at once."""
-        if self.store is None or self.signing_key is None:
-            raise FleetError("the fleet is not started")
+        key = self._key()
         announced: list[float] = []
 
         def announce(manifest: Manifest) -> None:
@@ -375,18 +425,63 @@ class LocalFleet(Service):
                 self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
             announced.append(time.time())
 
-        result = publish_filter(self.store, self.publisher_config(), builder, self.signing_key,
+        result = publish_filter(self.store, self.publisher_config(), builder, key,
                                 f"sandbox-{time.time_ns()}", force=True, progress=progress,
                                 before_announce=announce)
         if result.status != "published" or not announced:
             raise FleetError(f"publish did not produce a version: {result.status}")
         return Published(result.manifest, announced[0])
 
+    def _key(self) -> SigningKey:
+        if self._store is None or self.signing_key is None:
+            raise FleetError("the fleet is not started")
+        return self.signing_key
+
+    def point_latest(self, version: int, *, pinned: bool = False, key: SigningKey | None = None) -> None:
+        """Move latest.json to ``version`` whatever it names, signed by ``key`` (default:
+        the fleet's publisher key; another key makes a pointer no agent trusts)."""
+        signing_key = key or self._key()
+        swap_latest(self.store, lambda _current: Target(version, pinned=pinned), signing_key, PUBLISHER_ID)
+
+    def hold_latest(self, version: int) -> None:
+        """Pin latest.json to ``version`` (the publisher's ``pin``): publishing does not
+        move it, and agents drop a download of any other version."""
+        key = self._key()
+        pin(self.store, version, key, [key.public_key()], PUBLISHER_ID)
+
     # --- following a rollout ----------------------------------------------------------------
 
     def origin_bytes(self) -> int:
-        """Filter-file bytes the origin has sent so far (counted at the proxy)."""
+        """Filter-file bytes the origin has sent so far (counted at the origin)."""
         return self.proxy.filter_bytes if self.proxy is not None else 0
+
+    def agents_origin_bytes(self) -> float:
+        """The agents' own count of payload bytes from the origin, summed."""
+        return sum(agent.metric("bytes_from_origin_total") for agent in self.agents)
+
+    def wait_all(self, what: str, condition: Callable[[AgentProcess], bool], *,
+                 limit_s: float = 90.0) -> None:
+        """Wait until ``condition(agent)`` holds for every agent (a safety bound, not a
+        timing assertion); FleetError with :meth:`describe` otherwise."""
+        deadline = time.monotonic() + limit_s
+        for agent in self.agents:
+            try:
+                agent.wait_for(what, condition, limit_s=max(1.0, deadline - time.monotonic()))
+            except AssertionError as exc:
+                raise FleetError(f"{agent.root.name}: {exc}\n\nfleet:\n{self.describe()}") from None
+
+    def wait_all_on(self, version: int, what: str, *, limit_s: float = 90.0) -> None:
+        """Wait until every agent's current version is ``version`` (lower ones too: a
+        rollback), as :meth:`wait_all`."""
+        # .get: /status is {} until the agent's first loop iteration
+        self.wait_all(what, lambda a: a.status().get("current_version") == version, limit_s=limit_s)
+
+    def check_installed(self, manifest: Manifest) -> None:
+        """Every agent holds ``manifest``'s version with its SHA-256; FleetError if not."""
+        for agent in self.agents:
+            installed = DataDir(agent.data_dir).filter_file(manifest.version)
+            if _sha256(installed) != manifest.sha256:
+                raise FleetError(f"{agent.root.name}: {installed} is not v{manifest.version}'s file")
 
     def wait_for_version(
         self,
@@ -435,4 +530,12 @@ class LocalFleet(Service):
         return "\n".join(parts)
 
 
-__all__ = ["AgentView", "FleetError", "FleetSpec", "LocalFleet", "Published"]
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+__all__ = ["AgentView", "Discovery", "FleetError", "FleetSpec", "LocalFleet", "Published"]

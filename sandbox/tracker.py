@@ -48,6 +48,14 @@ class OpenTracker(Service):
         return f"http://{self.host}:{self.port}/announce"
 
     @property
+    def whitelist(self) -> Path:
+        """The whitelist file the tracker reads on SIGHUP (only while running): what
+        :meth:`allow` writes, or ``bloomswarm tracker-sync --whitelist``."""
+        if self._dir is None:
+            raise RuntimeError("opentracker is not running")
+        return self._dir / WHITELIST
+
+    @property
     def pid(self) -> int:
         """The tracker's process id (only while running)."""
         if self._process is None:
@@ -104,7 +112,7 @@ class OpenTracker(Service):
         os.kill(self._process.pid, signal.SIGHUP)
         deadline = time.monotonic() + timeout
         last_hup = time.monotonic()
-        while not self._accepts(info_hash_v1):
+        while not self.accepts(info_hash_v1):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"opentracker did not whitelist {info_hash_v1}")
             if time.monotonic() - last_hup > 1.0:  # a reload was seen to be missed once
@@ -112,21 +120,30 @@ class OpenTracker(Service):
                 last_hup = time.monotonic()
             time.sleep(0.05)
 
-    def _accepts(self, info_hash_hex: str) -> bool:
-        """Whether an announce for the hash is accepted. It announces ``event=stopped``
-        from a fake peer, which adds no peer to the swarm."""
+    def accepts(self, info_hash_hex: str) -> bool:
+        """Whether an announce for the hash is accepted now (False also when the tracker
+        does not answer). It announces a fake peer (port 9) and, when accepted, that
+        peer's ``event=stopped`` at once, so no peer is left in the swarm. (A "stopped"
+        announce alone proves nothing: opentracker answers it for any hash.)"""
         quoted = "".join(f"%{b:02x}" for b in bytes.fromhex(info_hash_hex))
         path = (f"/announce?info_hash={quoted}&peer_id=-PROBE-0000000000000&port=9"
-                "&uploaded=0&downloaded=0&left=0&compact=1&event=stopped")
+                "&uploaded=0&downloaded=0&left=0&compact=1")
+        answer = self._get(path)
+        if answer is None or b"failure reason" in answer:
+            return False
+        self._get(path + "&event=stopped")
+        return True
+
+    def _get(self, path: str) -> bytes | None:
+        """The body of the tracker's answer to GET ``path``; None when it does not answer."""
         with contextlib.suppress(OSError, http.client.HTTPException):
             conn = http.client.HTTPConnection(self.host, self.port, timeout=1.0)
             try:
                 conn.request("GET", path)
-                body = conn.getresponse().read()
-                return b"failure reason" not in body
+                return conn.getresponse().read()
             finally:
                 conn.close()
-        return False
+        return None
 
     def _terminate(self, timeout: float = 5.0) -> None:
         process, self._process = self._process, None

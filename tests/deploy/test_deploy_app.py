@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from bloomswarm import FilterBuilder, LiveFilter
-from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from bloomswarm.common.datadir import DataDir
 from tests.deploy.deploy_tree import DEPLOY
 
 APP = DEPLOY / "app" / "lookup_app.py"
@@ -27,10 +27,10 @@ def _app() -> ModuleType:
 def _install(data_dir: Path, version: int, keys: list[str]) -> None:
     builder = FilterBuilder.for_capacity(1000, 0.01)
     builder.add_many(keys)
-    target = version_dir(data_dir, version)
+    target = DataDir(data_dir).version_dir(version)
     target.mkdir(parents=True)
-    builder.write(target / FILTER_FILE, version=version)
-    flip_current(data_dir, version)
+    builder.write(DataDir(data_dir).filter_file(version), version=version)
+    DataDir(data_dir).flip_current(version)
 
 
 def test_report_waits_then_answers_from_the_installed_version(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from bloomswarm.common.datadir import current_version
+from bloomswarm.common.datadir import DataDir
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
 from tests.deploy.compose_local import LocalCompose
@@ -110,7 +110,7 @@ def test_compose_services_publish_distribute_and_serve_one_version(local: LocalC
     data_dirs = {name: local.volume(f"{name}-data") for name in AGENTS}
     local.wait(lambda: all(_serving_v1(port) for port in status_ports.values()), 120,
                "every agent to install v1", ("tracker", "tracker-sync", *AGENTS))
-    assert all(current_version(d) == 1 for d in data_dirs.values())
+    assert all(DataDir(d).current_version() == 1 for d in data_dirs.values())
 
     app = local.run("app", "--count", "1", timeout_s=120)
     assert app.returncode == 0, app.stderr

@@ -1,14 +1,18 @@
-"""Fixtures for functional tests: real servers on 127.0.0.1 (moto S3 for now)."""
+"""Fixtures for functional tests: real servers on 127.0.0.1 (moto S3, opentracker)."""
 
 from __future__ import annotations
 
+import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from bloomswarm.common.storage import S3Config
-from tests.functional.s3server import FAKE_CREDENTIALS, MotoServer
+from bloomswarm.sandbox.s3server import FAKE_CREDENTIALS, MotoServer
+from bloomswarm.sandbox.tracker import OpenTracker
+from tests.functional.live_reader import LiveReader
 
 _LOOPBACK = "127.0.0.1,localhost"
 
@@ -54,3 +58,31 @@ def s3_bucket(s3_server: str) -> Iterator[S3Config]:
         connect_timeout_s=2.0,
         read_timeout_s=30.0,
     )
+
+
+@pytest.fixture
+def opentracker() -> Iterator[OpenTracker]:
+    """A running opentracker on 127.0.0.1 (skips when the binary is not installed)."""
+    if shutil.which("opentracker") is None:
+        pytest.skip("opentracker is not installed (apt-get install opentracker; "
+                    "scripts/test.sh installs it)")
+    tracker = OpenTracker().start()
+    try:
+        yield tracker
+    finally:
+        tracker.stop()
+
+
+@pytest.fixture
+def live_reader() -> Iterator[Callable[[Path], LiveReader]]:
+    """Starts a LiveFilter process on a data directory; every one is stopped (by PID)
+    when the test ends."""
+    readers: list[LiveReader] = []
+
+    def start(data_dir: Path) -> LiveReader:
+        readers.append(LiveReader(data_dir))
+        return readers[-1]
+
+    yield start
+    for reader in readers:
+        reader.stop()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.functional.processes import stop_process
+from bloomswarm.sandbox.processes import stop_process
 
 
 def main(data_dir: str) -> int:

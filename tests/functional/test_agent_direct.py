@@ -16,119 +16,85 @@ import hashlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.manifest import Manifest, manifest_key
-from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
-from bloomswarm.common.storage import S3Config, S3ObjectStore
-from bloomswarm.publisher.config import PublisherConfig
-from bloomswarm.publisher.latest import Target, swap_latest
-from bloomswarm.publisher.pinning import pin
-from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.common.bucket_layout import manifest_key
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.signing import generate_keypair, parse_private_key
+from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.refresh import refresh_latest
-from tests.functional.agent_process import AgentProcess
+from bloomswarm.sandbox.agent_process import AgentProcess
+from bloomswarm.sandbox.fleet import LocalFleet
+from tests.functional.fleet_setup import KEY, fleet_spec, keys, publish_keys
 from tests.functional.live_reader import LiveReader
 
 pytestmark = pytest.mark.timeout(300)
 
-_PRIVATE, _PUBLIC = generate_keypair()
-KEY = parse_private_key(_PRIVATE)
 ROGUE = parse_private_key(generate_keypair()[0])
+CAPACITY = 1000
+"""Keys the filters are sized for (a small file) unless a test needs a larger one."""
 
-
-def _keys(version: int, count: int = 200) -> list[str]:
-    return [f"v{version}-key-{i}" for i in range(count)]
-
-
-class Fleet:
-    """The bucket, the publisher, and the processes a test started (stopped at the end)."""
-
-    def __init__(self, root: Path, s3: S3Config) -> None:
-        self.root = root
-        self.s3 = s3
-        self.store = S3ObjectStore(s3)
-        self.public_key = root / "publisher.pub"
-        self.public_key.write_bytes(_PUBLIC)
-        self.publisher = PublisherConfig(s3=s3, publisher_id="functional")
-        self.agents: list[AgentProcess] = []
-        self.readers: list[LiveReader] = []
-
-    def publish(self, version_keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY) -> Manifest:
-        builder = FilterBuilder.for_capacity(capacity, 0.01)
-        builder.add_many(version_keys)
-        return publish_filter(self.store, self.publisher, builder, key, "functional", force=True,
-                              progress=False).manifest
-
-    def point_latest(self, version: int, *, pinned: bool = False, key: SigningKey = KEY) -> None:
-        swap_latest(self.store, lambda _current: Target(version, pinned=pinned), key, "functional")
-
-    def agent(self, name: str, **tables: dict[str, object]) -> AgentProcess:
-        agent = AgentProcess(self.root / name, self.s3, self.public_key, tables=tables).start()
-        self.agents.append(agent)
-        return agent
-
-    def reader(self, agent: AgentProcess) -> LiveReader:
-        reader = LiveReader(agent.data_dir)
-        self.readers.append(reader)
-        return reader
-
-    def close(self) -> None:
-        for reader in self.readers:
-            reader.stop()
-        for agent in self.agents:
-            agent.stop(signal.SIGKILL if agent.process and agent.process.poll() is None else signal.SIGTERM)
+Readers = Callable[[Path], LiveReader]
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, s3_bucket: S3Config) -> Iterator[Fleet]:
-    fleet = Fleet(tmp_path, s3_bucket)
-    yield fleet
-    fleet.close()
+def fleet(tmp_path: Path, s3_bucket: S3Config) -> Iterator[LocalFleet]:
+    """The bucket behind the origin and agents with the direct transfer (none yet)."""
+    with LocalFleet(tmp_path, fleet_spec(transfer="direct", piece_size=None), s3=s3_bucket,
+                    signing_key=KEY) as fleet:
+        yield fleet
+
+
+def _publish(fleet: LocalFleet, version_keys: list[str], capacity: int = CAPACITY) -> Manifest:
+    return publish_keys(fleet, version_keys, capacity)
+
+
+def _agent(fleet: LocalFleet, name: str, **tables: dict[str, object]) -> AgentProcess:
+    return fleet.add_agent(name=name, tables=tables)
 
 
 def _on(version: int) -> object:
     return lambda agent: agent.current_version() == version
 
 
-def test_agents_install_then_swap_and_a_live_filter_follows(fleet: Fleet) -> None:
-    v1 = fleet.publish(_keys(1))
-    agents = [fleet.agent("a"), fleet.agent("b")]
+def test_agents_install_then_swap_and_a_live_filter_follows(fleet: LocalFleet, live_reader: Readers) -> None:
+    v1 = _publish(fleet, keys(1))
+    agents = [_agent(fleet, "a"), _agent(fleet, "b")]
     for agent in agents:
         agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
         assert agent.http_status("/readyz") == 200 and agent.http_status("/healthz") == 200
-    reader = fleet.reader(agents[0])
-    reader.wait_until_serving(1, _keys(1)[:50], _keys(2)[:3])
+    reader = live_reader(agents[0].data_dir)
+    reader.wait_until_serving(1, keys(1)[:50], keys(2)[:3])
     installed = agents[0].data_dir / "versions" / "v1" / "filter.bsf"
     assert hashlib.sha256(installed.read_bytes()).hexdigest() == v1.sha256
     assert oct(installed.stat().st_mode & 0o777) == "0o444"
 
-    fleet.publish(_keys(1) + _keys(2))
+    _publish(fleet, keys(1) + keys(2))
     for agent in agents:
         agent.wait_for("v2 installed", _on(2))  # type: ignore[arg-type]
         assert agent.metric("swaps_total") == 2
         assert agent.metric("swap_latency_seconds_count") == 2
         assert agent.metric("bytes_from_origin_total") > 0
-    reader.wait_until_serving(2, _keys(2)[:50], [])
+    reader.wait_until_serving(2, keys(2)[:50], [])
     for agent in agents:
         assert agent.stop() == 0  # SIGTERM: a clean exit
         assert "event=stopped" in agent.log()
 
 
-def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
-    fleet.publish(_keys(1))
-    agents = [fleet.agent("a"), fleet.agent("b")]
+def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: LocalFleet, live_reader: Readers) -> None:
+    _publish(fleet, keys(1))
+    agents = [_agent(fleet, "a"), _agent(fleet, "b")]
     for agent in agents:
         agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
-    reader = fleet.reader(agents[0])
-    reader.wait_until_serving(1, _keys(1)[:20], [])
-    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")  # latest stays while we stage faults
+    reader = live_reader(agents[0].data_dir)
+    reader.wait_until_serving(1, keys(1)[:20], [])
+    fleet.hold_latest(1)  # latest stays while we stage faults
 
     # A tampered manifest: changed after it was signed.
-    v2 = fleet.publish(_keys(2))
+    v2 = _publish(fleet, keys(2))
     tampered = dataclasses.replace(v2, source_fingerprint="tampered")
     fleet.store.put(manifest_key(2), tampered.to_bytes())
     fleet.point_latest(2)
@@ -143,8 +109,8 @@ def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
                        lambda a: a.metric("verification_failures_total", check="pointer_signature") >= 1)
 
     # A file in S3 whose SHA-256 differs from the signed manifest's.
-    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")
-    v3 = fleet.publish(_keys(3))
+    fleet.hold_latest(1)
+    v3 = _publish(fleet, keys(3))
     stored = fleet.store.get(v3.filter_key)
     assert stored is not None
     corrupt = bytearray(stored.data)
@@ -158,33 +124,33 @@ def test_bad_versions_never_swap_and_v1_keeps_serving(fleet: Fleet) -> None:
         assert "SHA-256" in agent.status()["last_error"]
         assert not (agent.data_dir / "versions" / "v2").exists()
         assert not (agent.data_dir / "versions" / "v3").exists()
-    assert reader.answers(1, _keys(1)[:20], _keys(3)[:3])
+    assert reader.answers(1, keys(1)[:20], keys(3)[:3])
     assert "event=verification_failed" in agents[0].log()
 
     fleet.store.put(v3.filter_key, stored.data)  # the origin repaired: the retry succeeds
     for agent in agents:
         agent.wait_for("v3 installed after repair", _on(3))  # type: ignore[arg-type]
-    reader.wait_until_serving(3, _keys(3)[:20], [])
+    reader.wait_until_serving(3, keys(3)[:20], [])
 
 
-def test_downgrade_refused_and_a_signed_pin_followed(fleet: Fleet) -> None:
-    fleet.publish(_keys(1))
-    fleet.publish(_keys(2))
-    agent = fleet.agent("a")
+def test_downgrade_refused_and_a_signed_pin_followed(fleet: LocalFleet, live_reader: Readers) -> None:
+    _publish(fleet, keys(1))
+    _publish(fleet, keys(2))
+    agent = _agent(fleet, "a")
     agent.wait_for("v2 installed", _on(2))  # type: ignore[arg-type]
     fleet.point_latest(1)  # unpinned, lower: refused
     agent.wait_for("downgrade refused", lambda a: a.metric("refusals_total", reason="downgrade") >= 1)
     assert agent.current_version() == 2
     assert "event=refused reason=downgrade" in agent.log()
-    pin(fleet.store, 1, KEY, [KEY.public_key()], "functional")
+    fleet.hold_latest(1)
     agent.wait_for("rolled back to v1", _on(1))  # type: ignore[arg-type]
-    reader = fleet.reader(agent)
-    reader.wait_until_serving(1, _keys(1)[:20], _keys(2)[:3])
+    reader = live_reader(agent.data_dir)
+    reader.wait_until_serving(1, keys(1)[:20], keys(2)[:3])
 
 
-def test_too_little_disk_is_refused_before_download(fleet: Fleet) -> None:
-    fleet.publish(_keys(1))
-    agent = fleet.agent("a", install={"disk_margin_bytes": 1 << 60})
+def test_too_little_disk_is_refused_before_download(fleet: LocalFleet) -> None:
+    _publish(fleet, keys(1))
+    agent = _agent(fleet, "a", install={"disk_margin_bytes": 1 << 60})
     agent.wait_for("download refused", lambda a: a.metric("refusals_total", reason="disk_space") >= 1)
     assert "not enough disk space" in agent.status()["last_error"]
     assert agent.metric("bytes_from_origin_total") == 0
@@ -193,11 +159,11 @@ def test_too_little_disk_is_refused_before_download(fleet: Fleet) -> None:
     assert "event=download_refused" in agent.log() and "not enough disk space" in agent.log()
 
 
-def test_sigkill_mid_download_resumes_and_staging_is_never_visible(fleet: Fleet) -> None:
-    v1 = fleet.publish(_keys(1))
-    agent = fleet.agent("a", direct={"rate_limit_bytes_per_s": 2_000_000, "chunk_size": 65536})
+def test_sigkill_mid_download_resumes_and_staging_is_never_visible(fleet: LocalFleet) -> None:
+    v1 = _publish(fleet, keys(1))
+    agent = _agent(fleet, "a", direct={"rate_limit_bytes_per_s": 2_000_000, "chunk_size": 65536})
     agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
-    v2 = fleet.publish(_keys(2), capacity=5_000_000)  # about 6 MB: 3 s at the rate limit
+    v2 = _publish(fleet, keys(2), capacity=5_000_000)  # about 6 MB: 3 s at the rate limit
     sizes = {1: v1.size, 2: v2.size}
     seen = _VisibleFiles(agent.data_dir, sizes)
     seen.start()
@@ -255,12 +221,14 @@ class _VisibleFiles(threading.Thread):
         self.join(5)
 
 
-def test_a_frozen_pointer_is_reported_stale_and_a_refresh_clears_it_without_a_download(fleet: Fleet) -> None:
+def test_a_frozen_pointer_is_reported_stale_and_a_refresh_clears_it_without_a_download(
+    fleet: LocalFleet,
+) -> None:
     """watch.max_pointer_age_s through a real agent process and moto's S3: the publisher
     stops signing, the agent reports stale (metric, one log line, /status) and keeps serving;
     `refresh` re-signs latest.json and the agent is fresh again with no download or swap."""
-    fleet.publish(_keys(1))
-    agent = fleet.agent("a", watch={"max_pointer_age_s": 3.0})
+    _publish(fleet, keys(1))
+    agent = _agent(fleet, "a", watch={"max_pointer_age_s": 3.0})
     agent.wait_for("v1 installed", _on(1))  # type: ignore[arg-type]
     agent.wait_for("stale", lambda a: a.metric("pointer_stale") == 1, limit_s=30)
     assert agent.metric("pointer_age_seconds") > 3.0

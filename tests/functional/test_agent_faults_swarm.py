@@ -8,9 +8,9 @@ injected with the publisher's own library calls: a manifest rewritten after sign
 pointer signed by an untrusted key, a signed manifest whose SHA-256 is not the file's,
 a filter object corrupted in the bucket, an unpinned downgrade, the S3 server stopped
 for 30 s, and an agent with too little disk; signed pins are followed back to an
-installed version and to one that must be downloaded again. The S3 server is this module's own (not the
-session's), so that it can be stopped; agents reach it through a counting proxy.
-Everything started is stopped by PID at the end of the module.
+installed version and to one that must be downloaded again. The S3 server is this
+module's own (not the session's), so that it can be stopped; agents reach it through the
+fleet's counting origin. Everything started is stopped by PID at the end of the module.
 """
 
 from __future__ import annotations
@@ -19,23 +19,24 @@ import dataclasses
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
 import pytest
 
-from bloomswarm.common.manifest import Manifest, manifest_key, sign_manifest, signature_key
+from bloomswarm.common.bucket_layout import manifest_key, signature_key
+from bloomswarm.common.manifest import Manifest, sign_manifest
 from bloomswarm.common.signing import generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.versions import read_manifest
 from bloomswarm.sandbox.agent_process import AgentProcess
-from bloomswarm.sandbox.origin_proxy import OriginProxy
+from bloomswarm.sandbox.fleet import LocalFleet
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
-from tests.functional.agent_fleet import AGENTS, KEY, SwarmFleet, keys
+from tests.functional.fleet_setup import KEY, fleet_spec, keys, publish_keys, roll_out_first_version
 from tests.functional.live_reader import LiveReader
 
 pytestmark = pytest.mark.timeout(300)
@@ -52,16 +53,15 @@ class World:
 
     server: MotoServer
     tracker: OpenTracker
-    fleet: SwarmFleet
+    s3: S3Config
+    fleet: LocalFleet
     reader: LiveReader
     current: int
     """The version every agent is on when a test starts."""
 
     def publish(self, version_keys: list[str]) -> Manifest:
-        """Publish (latest.json held where it is by a pin) and whitelist the torrent."""
-        manifest = self.fleet.publish(version_keys)
-        self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
-        return manifest
+        """Publish (latest.json held where it is by a pin; the fleet whitelists the torrent)."""
+        return publish_keys(self.fleet, version_keys, CAPACITY)
 
     def hold(self) -> None:
         """Pin latest.json at the current version: agents keep it and drop any download."""
@@ -77,7 +77,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[World]:
-    """Its own moto server, opentracker, the proxy, 5 agents with v1 installed, a reader.
+    """Its own moto server, opentracker, the fleet's origin, 5 agents with v1 installed, a reader.
 
     ``s3_server`` (the session's server) is asked for only for the environment it sets
     (fake credentials, no proxy for loopback)."""
@@ -89,37 +89,30 @@ def world(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[
     server = MotoServer(port=free_port())
     server.start()
     tracker = OpenTracker()
-    proxy = OriginProxy(server.endpoint, cache_files=False)
-    fleet: SwarmFleet | None = None
+    fleet: LocalFleet | None = None
+    reader: LiveReader | None = None
     try:
         tracker.start()
-        proxy.start()
         s3 = S3Config(bucket=f"faults-{uuid.uuid4().hex[:12]}", prefix="fleet",
                       endpoint_url=server.endpoint, region="us-east-1", connect_timeout_s=1.0,
                       read_timeout_s=5.0, max_attempts=1)
         boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1").create_bucket(
             Bucket=s3.bucket)
-        fleet = SwarmFleet(root, s3, proxy, trackers=(tracker.announce_url,), capacity=CAPACITY)
-        v1 = fleet.publish(keys(1))
+        fleet = LocalFleet(root, fleet_spec(discovery="tracker"), s3=s3, tracker=tracker, signing_key=KEY)
+        fleet.start()
+        v1, reader = roll_out_first_version(fleet, LiveReader, CAPACITY)
         assert v1.torrent_format == "v1"  # the publisher's default
-        tracker.allow(v1.info_hash_v1, v1.info_hash_v2)
-        for i in range(AGENTS):
-            fleet.agent(f"agent{i}", {"listen_interfaces": f"127.0.0.1:{free_port(udp=True)}",
-                                      "trackers": [tracker.announce_url], "enable_dht": False})
-        fleet.wait_version("v1 installed", 1)
-        fleet.check_installed(v1)
-        reader = fleet.reader(fleet.agents[0])
-        reader.wait_until_serving(1, keys(1)[:20], keys(2)[:3])
-        yield World(server, tracker, fleet, reader, current=1)
+        yield World(server, tracker, s3, fleet, reader, current=1)
     finally:
+        if reader is not None:
+            reader.stop()
         if fleet is not None:
-            fleet.close()
-        proxy.stop()
+            fleet.stop()
         tracker.stop()
         server.stop()
 
 
-def _at_least(name: str, value: float, **labels: str) -> object:
+def _at_least(name: str, value: float, **labels: str) -> Callable[[AgentProcess], bool]:
     return lambda agent: agent.metric(name, **labels) >= value
 
 
@@ -191,7 +184,7 @@ def test_corrupt_object_in_the_bucket_fails_pieces_then_recovers(world: World) -
         assert not _versions_dir(agent, version.version).exists()
 
     fleet.store.put(version.filter_key, stored.data)  # the origin repaired
-    fleet.wait_version(f"v{version.version} installed after the repair", version.version)
+    fleet.wait_all_on(version.version, f"v{version.version} installed after the repair")
     fleet.check_installed(version)
     world.reader.wait_until_serving(version.version, keys(4)[:20], keys(1)[:3])
     world.current = version.version
@@ -207,7 +200,7 @@ def test_downgrade_is_refused_and_a_signed_pin_is_followed(world: World) -> None
     for agent in fleet.agents:
         assert "event=refused reason=downgrade" in agent.log()
     fleet.point_latest(1, pinned=True)  # a signed pin: the rollback
-    fleet.wait_version("rolled back to v1", 1)
+    fleet.wait_all_on(1, "rolled back to v1")
     world.reader.wait_until_serving(1, keys(1)[:20], keys(4)[:3])
     world.current = 1
 
@@ -231,13 +224,13 @@ def test_s3_stopped_for_30_seconds_agents_keep_serving_and_recover(world: World)
     assert outage >= OUTAGE_S
     # moto keeps no state across a restart: put the bucket back as it was.
     boto3.client("s3", endpoint_url=world.server.endpoint, region_name="us-east-1").create_bucket(
-        Bucket=fleet.s3.bucket)
+        Bucket=world.s3.bucket)
     for key, stored in saved.items():
         assert stored is not None
         fleet.store.put(key, stored.data)
     fresh = world.publish(keys(5))
     fleet.point_latest(fresh.version)  # unpinned, above everything installed
-    fleet.wait_version("new version installed after the outage", fresh.version)
+    fleet.wait_all_on(fresh.version, "new version installed after the outage")
     fleet.check_installed(fresh)
     world.reader.wait_until_serving(fresh.version, keys(5)[:20], [])
     for agent in fleet.agents:
@@ -256,7 +249,7 @@ def test_a_pin_to_a_collected_version_fetches_it_through_the_swarm(world: World)
         assert not _versions_dir(agent, 1).exists(), agent.root.name
     fetched = [_downloaded(agent) for agent in fleet.agents]
     fleet.point_latest(1, pinned=True)
-    fleet.wait_version("rolled back to v1 by download", 1)
+    fleet.wait_all_on(1, "rolled back to v1 by download")
     fleet.check_installed(read_manifest(fleet.store, 1))
     world.reader.wait_until_serving(1, keys(1)[:20], keys(5)[:3])
     for agent, before in zip(fleet.agents, fetched, strict=True):
@@ -266,12 +259,10 @@ def test_a_pin_to_a_collected_version_fetches_it_through_the_swarm(world: World)
 
 def test_too_little_disk_is_refused_before_download(world: World) -> None:
     fleet = world.fleet
-    agent = fleet.agent("small-disk", {"listen_interfaces": f"127.0.0.1:{free_port(udp=True)}",
-                                       "trackers": [world.tracker.announce_url], "enable_dht": False},
-                        tables={"install": {"disk_margin_bytes": 1 << 60}})
+    agent = fleet.add_agent(name="small-disk", tables={"install": {"disk_margin_bytes": 1 << 60}})
     fleet.agents.remove(agent)  # not one of the fleet the other checks wait for
     try:
-        agent.wait_for("download refused", _at_least("refusals_total", 1, reason="disk_space"))  # type: ignore[arg-type]
+        agent.wait_for("download refused", _at_least("refusals_total", 1, reason="disk_space"))
         assert "not enough disk space" in agent.status()["last_error"]
         assert agent.metric("bytes_from_origin_total") == agent.metric("bytes_from_peers_total") == 0
         assert not (agent.data_dir / "staging" / f"v{world.current}" / "filter.bsf").exists()

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.functional.swarm_fleet import MIB, make_test_torrent, sha256_of, write_random_file
-from tests.functional.swarm_worker import WorkerProcess
+from bloomswarm.sandbox.swarm_worker import WorkerProcess
+from bloomswarm.sandbox.worker_swarm import MIB, make_test_torrent, sha256_of, write_random_file
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -19,8 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +27,8 @@ from typing import IO
 
 import pytest
 
-from bloomswarm.common.manifest import LATEST_KEY, open_pointer
+from bloomswarm.common.bucket_layout import LATEST_KEY
+from bloomswarm.common.pointer import open_pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, load_private_key, write_keypair
 from bloomswarm.common.storage import S3Config, S3ObjectStore
 from bloomswarm.main import main
@@ -37,7 +36,8 @@ from bloomswarm.publisher.config import PublisherConfig, load_config
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.retention import apply_retention
 from bloomswarm.publisher.versions import read_manifest, read_verified_manifest, scan_versions
-from tests.functional.processes import free_port
+from bloomswarm.sandbox.processes import free_port
+from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.publisher_driver import READY_MARK, REQUEST_MARK
 from tests.unit.publishing_helpers import check_version, make_builder
 
@@ -46,7 +46,7 @@ MIB = 1 << 20
 
 
 @dataclass
-class Fleet:
+class PublishBucket:
     """A bucket prepared for publishing: config file, key pair, a store to inspect it."""
 
     s3: S3Config
@@ -76,7 +76,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(s3_bucket: S3Config, tmp_path: Path) -> Iterator[Fleet]:
+def bucket(s3_bucket: S3Config, tmp_path: Path) -> Iterator[PublishBucket]:
     key_file = tmp_path / "publisher.key"
     write_keypair(key_file, tmp_path / "publisher.pub")
     (tmp_path / "work").mkdir()
@@ -96,7 +96,7 @@ def fleet(s3_bucket: S3Config, tmp_path: Path) -> Iterator[Fleet]:
         f"part_size = {5 * MIB}\n"
     )
     store = S3ObjectStore(s3_bucket)
-    yield Fleet(s3_bucket, config_file, key_file, load_private_key(key_file), store,
+    yield PublishBucket(s3_bucket, config_file, key_file, load_private_key(key_file), store,
                 tmp_path / "data")
     store.delete(store.list())  # moto keeps every bucket in memory for the session
 
@@ -149,109 +149,109 @@ def _published_versions(stdout: str) -> list[int]:
 
 
 def test_publish_two_versions_then_unchanged_and_force(
-    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+    bucket: PublishBucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = ["--config", str(fleet.config_file)]
-    assert main(["-q", "publish", str(fleet.keys_file("a")), *config]) == 0
-    assert main(["-q", "publish", str(fleet.keys_file("b")), *config, "--expected-keys", "5000000"]) == 0
+    config = ["--config", str(bucket.config_file)]
+    assert main(["-q", "publish", str(bucket.keys_file("a")), *config]) == 0
+    assert main(["-q", "publish", str(bucket.keys_file("b")), *config, "--expected-keys", "5000000"]) == 0
     assert _published_versions(capsys.readouterr().out) == [1, 2]
     for version in (1, 2):
-        manifest = check_version(fleet.store, version, fleet.public_keys)  # sig, file, torrent
+        manifest = check_version(bucket.store, version, bucket.public_keys)  # sig, file, torrent
         assert manifest.publisher_id == "functional"
         assert manifest.source_fingerprint.startswith("files-sha256:")
-    assert read_manifest(fleet.store, 2).size > 5 * MIB  # went up as a multipart upload
-    assert fleet.latest() == (2, 2, False)
-    assert fleet.store.list_multipart_uploads() == []
+    assert read_manifest(bucket.store, 2).size > 5 * MIB  # went up as a multipart upload
+    assert bucket.latest() == (2, 2, False)
+    assert bucket.store.list_multipart_uploads() == []
 
-    before = fleet.store.list()
-    assert main(["-q", "publish", str(fleet.keys_file("b")), *config, "--expected-keys", "5000000"]) == 0
+    before = bucket.store.list()
+    assert main(["-q", "publish", str(bucket.keys_file("b")), *config, "--expected-keys", "5000000"]) == 0
     assert capsys.readouterr().out.startswith("unchanged: the filter equals v2")
-    assert fleet.store.list() == before and fleet.latest() == (2, 2, False)
-    assert main(["-q", "publish", str(fleet.keys_file("b")), *config, "--expected-keys", "5000000",
+    assert bucket.store.list() == before and bucket.latest() == (2, 2, False)
+    assert main(["-q", "publish", str(bucket.keys_file("b")), *config, "--expected-keys", "5000000",
                  "--force"]) == 0
     assert _published_versions(capsys.readouterr().out) == [3]
-    assert fleet.latest() == (3, 3, False)
+    assert bucket.latest() == (3, 3, False)
 
 
 
-def test_an_empty_input_is_published_only_with_allow_empty(fleet: Fleet, tmp_path: Path) -> None:
+def test_an_empty_input_is_published_only_with_allow_empty(bucket: PublishBucket, tmp_path: Path) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    config = ["--config", str(fleet.config_file)]
+    config = ["--config", str(bucket.config_file)]
     assert main(["-q", "publish", str(empty), *config]) == 1
-    assert not fleet.store.exists(LATEST_KEY)
+    assert not bucket.store.exists(LATEST_KEY)
     assert main(["-q", "publish", str(empty), *config, "--allow-empty"]) == 0
-    assert read_manifest(fleet.store, 1).filter.key_count == 0 and fleet.latest() == (1, 1, False)
+    assert read_manifest(bucket.store, 1).filter.key_count == 0 and bucket.latest() == (1, 1, False)
 
 def test_pin_holds_the_fleet_and_unpin_releases_it(
-    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+    bucket: PublishBucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = ["--config", str(fleet.config_file)]
+    config = ["--config", str(bucket.config_file)]
     for name in ("a", "b"):
-        assert main(["-q", "publish", str(fleet.keys_file(name)), *config]) == 0
+        assert main(["-q", "publish", str(bucket.keys_file(name)), *config]) == 0
     assert main(["-q", "pin", "1", *config]) == 0
-    assert fleet.latest() == (1, 3, True)
-    assert main(["-q", "publish", str(fleet.keys_file("c")), *config]) == 0
+    assert bucket.latest() == (1, 3, True)
+    assert main(["-q", "publish", str(bucket.keys_file("c")), *config]) == 0
     out = capsys.readouterr().out
     assert _published_versions(out) == [1, 2, 3] and "the fleet is pinned at v1" in out
-    assert fleet.latest() == (1, 3, True)
-    check_version(fleet.store, 3, fleet.public_keys)
+    assert bucket.latest() == (1, 3, True)
+    check_version(bucket.store, 3, bucket.public_keys)
     assert main(["-q", "versions", *config]) == 0
     listing = capsys.readouterr().out.splitlines()
     assert [line.split()[:3] for line in listing[1:]][:3] == [
-        ["3", "complete", f"{read_manifest(fleet.store, 3).size:,}"],
-        ["2", "complete", f"{read_manifest(fleet.store, 2).size:,}"],
+        ["3", "complete", f"{read_manifest(bucket.store, 3).size:,}"],
+        ["2", "complete", f"{read_manifest(bucket.store, 2).size:,}"],
         ["1", "latest,", "pinned"]]
     assert main(["-q", "pin", "9", *config]) == 1
     assert "version 9 does not exist" in capsys.readouterr().err
     assert main(["-q", "unpin", *config]) == 0
-    assert fleet.latest() == (3, 4, False)
+    assert bucket.latest() == (3, 4, False)
     assert main(["-q", "unpin", *config]) == 0
     assert capsys.readouterr().out.splitlines()[-1].startswith("not pinned")
 
 
 def test_refresh_re_signs_latest_unchanged_and_a_key_others_can_read_is_refused(
-    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+    bucket: PublishBucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = ["--config", str(fleet.config_file)]
+    config = ["--config", str(bucket.config_file)]
     assert main(["-q", "refresh", *config]) == 1
     assert "nothing to refresh: latest.json does not exist" in capsys.readouterr().err
     for name in ("a", "b"):
-        assert main(["-q", "publish", str(fleet.keys_file(name)), *config]) == 0
-    assert fleet.latest() == (2, 2, False)
+        assert main(["-q", "publish", str(bucket.keys_file(name)), *config]) == 0
+    assert bucket.latest() == (2, 2, False)
     capsys.readouterr()
     assert main(["-q", "refresh", *config]) == 0
     assert capsys.readouterr().out.startswith("refreshed: latest.json -> v2, sequence 3, issued ")
-    assert fleet.latest() == (2, 3, False)
-    assert main(["-q", "publish", str(fleet.keys_file("b")), *config, "--refresh"]) == 0
+    assert bucket.latest() == (2, 3, False)
+    assert main(["-q", "publish", str(bucket.keys_file("b")), *config, "--refresh"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("unchanged: the filter equals v2")
     assert lines[1].startswith("refreshed: latest.json -> v2, sequence 4, issued ")
-    assert fleet.latest() == (2, 4, False)
+    assert bucket.latest() == (2, 4, False)
     assert main(["-q", "pin", "1", *config]) == 0
     assert main(["-q", "refresh", *config]) == 0
-    assert fleet.latest() == (1, 6, True)  # the pin is kept
-    assert main(["-q", "publish", str(fleet.keys_file("c")), *config, "--refresh"]) == 0
+    assert bucket.latest() == (1, 6, True)  # the pin is kept
+    assert main(["-q", "publish", str(bucket.keys_file("c")), *config, "--refresh"]) == 0
     out = capsys.readouterr().out
     assert "the fleet is pinned at v1" in out and "refreshed: latest.json -> v1 (pinned), sequence 7" in out
-    assert fleet.latest() == (1, 7, True)
-    fleet.key_file.chmod(0o640)
+    assert bucket.latest() == (1, 7, True)
+    bucket.key_file.chmod(0o640)
     assert main(["-q", "refresh", *config]) == 1
-    assert capsys.readouterr().err.endswith(f"(mode 0640): run chmod 600 {fleet.key_file}\n")
-    assert fleet.latest() == (1, 7, True)  # nothing written
+    assert capsys.readouterr().err.endswith(f"(mode 0640): run chmod 600 {bucket.key_file}\n")
+    assert bucket.latest() == (1, 7, True)  # nothing written
 
 
 def test_retention_keeps_the_newest_versions_after_latest_moves(
-    fleet: Fleet, capsys: pytest.CaptureFixture[str]
+    bucket: PublishBucket, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = ["--config", str(fleet.config_file), "--keep", "2"]
+    config = ["--config", str(bucket.config_file), "--keep", "2"]
     for name in ("a", "b", "c", "d"):
-        assert main(["-q", "publish", str(fleet.keys_file(name)), *config]) == 0
+        assert main(["-q", "publish", str(bucket.keys_file(name)), *config]) == 0
     out = capsys.readouterr().out
     assert "retention: deleted" in out
-    assert sorted(scan_versions(fleet.store)) == [3, 4]
-    assert fleet.latest() == (4, 4, False)
-    keys = fleet.store.list()
+    assert sorted(scan_versions(bucket.store)) == [3, 4]
+    assert bucket.latest() == (4, 4, False)
+    keys = bucket.store.list()
     assert all(k == LATEST_KEY or k.startswith(("v3/", "v4/")) for k in keys)
     assert len(keys) == 1 + 2 * 4  # latest.json; per version: manifest, signature, file, torrent
 
@@ -259,7 +259,7 @@ def test_retention_keeps_the_newest_versions_after_latest_moves(
 # --- racing publishers --------------------------------------------------------------------------
 
 
-def test_racing_publishers_never_duplicate_or_skip_a_version(fleet: Fleet, tmp_path: Path) -> None:
+def test_racing_publishers_never_duplicate_or_skip_a_version(bucket: PublishBucket, tmp_path: Path) -> None:
     """Ten rounds of two publisher processes released at the same moment."""
     published: list[int] = []
     lost = 0
@@ -269,7 +269,7 @@ def test_racing_publishers_never_duplicate_or_skip_a_version(fleet: Fleet, tmp_p
         procs = [
             subprocess.Popen(
                 [sys.executable, str(DRIVER), "-v", "publish",
-                 str(fleet.keys_file(f"r{round_no}-p{i}")), "--config", str(fleet.config_file),
+                 str(bucket.keys_file(f"r{round_no}-p{i}")), "--config", str(bucket.config_file),
                  "--keep", "100", "--expected-keys", "1000"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
             )
@@ -294,46 +294,46 @@ def test_racing_publishers_never_duplicate_or_skip_a_version(fleet: Fleet, tmp_p
             lost += err.count("claimed by another publisher") + err.count("lost the race")
     print(f"lost claims over 10 rounds: {lost}")
     assert sorted(published) == list(range(1, 21))  # no duplicates, no gaps
-    folders = scan_versions(fleet.store)
+    folders = scan_versions(bucket.store)
     assert sorted(folders) == list(range(1, 21)) and all(f.complete for f in folders.values())
     for version in folders:
-        manifest = read_verified_manifest(fleet.store, version, fleet.public_keys)
-        assert fleet.store.head(manifest.filter_key).size == manifest.size
-    version, sequence, pinned = fleet.latest()
+        manifest = read_verified_manifest(bucket.store, version, bucket.public_keys)
+        assert bucket.store.head(manifest.filter_key).size == manifest.size
+    version, sequence, pinned = bucket.latest()
     assert (version, pinned) == (20, False) and sequence <= 20
 
 
 # --- publishers killed mid-way -----------------------------------------------------------------
 
 
-def _check_consistent(fleet: Fleet, latest_before: tuple[int, int, bool] | None,
+def _check_consistent(bucket: PublishBucket, latest_before: tuple[int, int, bool] | None,
                       verified: set[int]) -> None:
     """No manifest without its objects; latest.json unchanged or naming a complete version."""
-    folders = scan_versions(fleet.store)
+    folders = scan_versions(bucket.store)
     for version, folder in folders.items():
         if not folder.claimed:
             continue
-        manifest = read_manifest(fleet.store, version)
-        assert fleet.store.head(manifest.filter_key).size == manifest.size
-        assert fleet.store.exists(manifest.torrent_key)
+        manifest = read_manifest(bucket.store, version)
+        assert bucket.store.head(manifest.filter_key).size == manifest.size
+        assert bucket.store.exists(manifest.torrent_key)
         if folder.complete and version not in verified:
-            check_version(fleet.store, version, fleet.public_keys)
+            check_version(bucket.store, version, bucket.public_keys)
             verified.add(version)
-    latest = fleet.latest() if fleet.store.exists(LATEST_KEY) else None
+    latest = bucket.latest() if bucket.store.exists(LATEST_KEY) else None
     if latest != latest_before:
         assert latest is not None and folders[latest[0]].complete
 
 
 def test_publisher_killed_at_random_points_leaves_no_partial_version(
-    fleet: Fleet, tmp_path: Path
+    bucket: PublishBucket, tmp_path: Path
 ) -> None:
     rng = random.Random(7321)
     delay = 0.03
     env = {**os.environ, "BSW_TEST_REQUEST_DELAY": str(delay)}
-    base = [sys.executable, str(DRIVER), "-q", "publish", "--config", str(fleet.config_file),
+    base = [sys.executable, str(DRIVER), "-q", "publish", "--config", str(bucket.config_file),
             "--expected-keys", "5000000", "--keep", "3"]  # ~6 MiB: a two-part upload
     for warm_up in ("warm-up-1", "warm-up-2"):  # the second shows a typical request sequence
-        counting = subprocess.run([*base, str(fleet.keys_file(warm_up))], check=False,
+        counting = subprocess.run([*base, str(bucket.keys_file(warm_up))], check=False,
                                   capture_output=True, text=True, env=env, timeout=300)
         assert counting.returncode == 0, counting.stderr
     operations = [line.split()[3] for line in counting.stderr.splitlines()
@@ -341,13 +341,13 @@ def test_publisher_killed_at_random_points_leaves_no_partial_version(
     # every other trial kills at a write that changes what readers see
     writes = [i for i, op in enumerate(operations, 1)
               if op in ("PutObject", "CompleteMultipartUpload", "DeleteObjects")]
-    config, signing_key = fleet.config(), fleet.signing_key
+    config, signing_key = bucket.config(), bucket.signing_key
     verified: set[int] = set()
     outcomes: list[str] = []
     for trial in range(10):
-        before = fleet.latest()
+        before = bucket.latest()
         kill_at = rng.choice(writes) if trial % 2 else rng.randint(1, len(operations) + 1)
-        proc = subprocess.Popen([*base, str(fleet.keys_file(f"trial-{trial}"))],
+        proc = subprocess.Popen([*base, str(bucket.keys_file(f"trial-{trial}"))],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         try:
             assert proc.stderr is not None
@@ -365,26 +365,26 @@ def test_publisher_killed_at_random_points_leaves_no_partial_version(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        _check_consistent(fleet, before, verified)
+        _check_consistent(bucket, before, verified)
         # the next publish succeeds and becomes latest
-        result = publish_filter(fleet.store, config, make_builder([f"next-{trial}"]),
+        result = publish_filter(bucket.store, config, make_builder([f"next-{trial}"]),
                                 signing_key, "after-kill", progress=False)
         assert result.status == "published" and result.latest_moved
-        assert fleet.latest()[0] == result.version
-        _check_consistent(fleet, None, verified)
+        assert bucket.latest()[0] == result.version
+        _check_consistent(bucket, None, verified)
     print("killed before/during:", outcomes)
     # retention with no grace removes every leftover of the killed publishers
-    apply_retention(fleet.store, keep_versions=3, grace_s=0, now=time.time() + 60)
-    assert fleet.store.list_multipart_uploads() == []
-    folders = scan_versions(fleet.store)
+    apply_retention(bucket.store, keep_versions=3, grace_s=0, now=time.time() + 60)
+    assert bucket.store.list_multipart_uploads() == []
+    folders = scan_versions(bucket.store)
     assert all(f.complete and len(f.attempts()) == 1 for f in folders.values()), folders
 
 
-def test_sigterm_during_the_upload_aborts_it(fleet: Fleet) -> None:
-    assert main(["-q", "publish", str(fleet.keys_file("a")), "--config", str(fleet.config_file)]) == 0
+def test_sigterm_during_the_upload_aborts_it(bucket: PublishBucket) -> None:
+    assert main(["-q", "publish", str(bucket.keys_file("a")), "--config", str(bucket.config_file)]) == 0
     proc = subprocess.Popen(
-        [sys.executable, str(DRIVER), "-q", "publish", str(fleet.keys_file("b")),
-         "--config", str(fleet.config_file), "--expected-keys", "5000000"],
+        [sys.executable, str(DRIVER), "-q", "publish", str(bucket.keys_file("b")),
+         "--config", str(bucket.config_file), "--expected-keys", "5000000"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "BSW_TEST_REQUEST_DELAY": "0.2"},
     )
@@ -399,20 +399,20 @@ def test_sigterm_during_the_upload_aborts_it(fleet: Fleet) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert fleet.store.list_multipart_uploads() == []
-    assert fleet.latest() == (1, 1, False) and sorted(scan_versions(fleet.store)) == [1]
+    assert bucket.store.list_multipart_uploads() == []
+    assert bucket.latest() == (1, 1, False) and sorted(scan_versions(bucket.store)) == [1]
 
 
 # --- watch mode ----------------------------------------------------------------------------------
 
 
-def test_watch_publishes_once_per_burst_and_stops_on_sigterm(fleet: Fleet, tmp_path: Path) -> None:
+def test_watch_publishes_once_per_burst_and_stops_on_sigterm(bucket: PublishBucket, tmp_path: Path) -> None:
     data = tmp_path / "watched"
     data.mkdir()
     (data / "keys-0.txt").write_text("a\nb\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "bloomswarm", "-q", "publish", "--watch", str(data),
-         "--config", str(fleet.config_file)],
+         "--config", str(bucket.config_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "BLOOMSWARM_WATCH_DEBOUNCE_S": "0.5"},
     )
@@ -424,7 +424,7 @@ def test_watch_publishes_once_per_burst_and_stops_on_sigterm(fleet: Fleet, tmp_p
             (data / f"keys-{i}.txt").write_text(f"key-{i}\n")
         assert out.wait_for(lambda s: s == "latest.json -> v2")
         time.sleep(3.0)  # quiet: the burst must not publish again
-        assert sorted(scan_versions(fleet.store)) == [1, 2]
+        assert sorted(scan_versions(bucket.store)) == [1, 2]
         (data / "keys-0.txt").write_text("a\nb\nc\n")
         assert out.wait_for(lambda s: s == "latest.json -> v3")
         os.kill(proc.pid, signal.SIGTERM)
@@ -433,14 +433,14 @@ def test_watch_publishes_once_per_burst_and_stops_on_sigterm(fleet: Fleet, tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert sorted(scan_versions(fleet.store)) == [1, 2, 3]
-    assert check_version(fleet.store, 2, fleet.public_keys).filter.key_count == 41
+    assert sorted(scan_versions(bucket.store)) == [1, 2, 3]
+    assert check_version(bucket.store, 2, bucket.public_keys).filter.key_count == 41
 
 
 # --- bad input: one line, non-zero exit ---------------------------------------------------------
 
 
-def _bad_inputs(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+def _bad_inputs(bucket: PublishBucket, tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     truncated = tmp_path / "keys.txt.gz"
     truncated.write_bytes(gzip.compress(b"".join(b"%d\n" % i for i in range(10000)))[:200])
     table = tmp_path / "keys.csv"
@@ -449,7 +449,7 @@ def _bad_inputs(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[list[str], str]
     ints.write_text("12\n13\nfourteen\n")
     bad_key = tmp_path / "bad.key"
     bad_key.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
-    keys = str(fleet.keys_file("ok"))
+    keys = str(bucket.keys_file("ok"))
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     return {
@@ -472,33 +472,18 @@ def _bad_inputs(fleet: Fleet, tmp_path: Path) -> dict[str, tuple[list[str], str]
      "non-integer in int mode",
      "unreachable endpoint", "missing bucket", "bad key file"],
 )
-def test_bad_input_is_one_line_and_a_non_zero_exit(fleet: Fleet, tmp_path: Path, case: str) -> None:
-    args, fragment = _bad_inputs(fleet, tmp_path)[case]
-    result = run_cli("publish", *args, "--config", str(fleet.config_file))
+def test_bad_input_is_one_line_and_a_non_zero_exit(bucket: PublishBucket, tmp_path: Path, case: str) -> None:
+    args, fragment = _bad_inputs(bucket, tmp_path)[case]
+    result = run_cli("publish", *args, "--config", str(bucket.config_file))
     assert result.returncode == 1
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("bloomswarm publish: error: "), result.stderr
     assert fragment in lines[0]
     assert "Traceback" not in result.stderr and result.stdout == ""
-    assert not fleet.store.exists(LATEST_KEY)
+    assert not bucket.store.exists(LATEST_KEY)
 
 
 # --- opentracker whitelist ----------------------------------------------------------------------
-
-
-def _announce(port: int, info_hash_hex: str) -> bytes:
-    # quote, not urlencode's default quote_plus: opentracker does not read "+" as a space,
-    # so an info-hash with a 0x20 byte (1 in 13 hashes) would be announced as another hash.
-    query = urllib.parse.urlencode({
-        "info_hash": bytes.fromhex(info_hash_hex), "peer_id": b"-BS0001-" + b"x" * 12,
-        "port": 6881, "uploaded": 0, "downloaded": 0, "left": 0, "compact": 1,
-    }, quote_via=urllib.parse.quote)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/announce?{query}", timeout=5) as reply:
-        return bytes(reply.read())
-
-
-def _accepted(port: int, info_hash_hex: str) -> bool:
-    return b"failure reason" not in _announce(port, info_hash_hex)
 
 
 def _eventually(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -510,71 +495,44 @@ def _eventually(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 
 @pytest.mark.skipif(shutil.which("opentracker") is None,
                     reason="opentracker is not installed (scripts/test.sh installs it with apt-get as root)")
-def test_tracker_sync_makes_opentracker_serve_exactly_the_retained_versions(
-    fleet: Fleet, tmp_path: Path
-) -> None:
-    config = ["--config", str(fleet.config_file)]
+def test_tracker_sync_makes_opentracker_serve_exactly_the_retained_versions(bucket: PublishBucket) -> None:
+    config = ["--config", str(bucket.config_file)]
     for name in ("a", "b"):
-        assert main(["-q", "publish", str(fleet.keys_file(name)), *config]) == 0
-    tracker_dir = tmp_path / "opentracker"
-    tracker_dir.mkdir(mode=0o755)
-    tracker_dir.chmod(0o755)
-    whitelist = tracker_dir / "whitelist.txt"
-    whitelist.write_text("")
-    whitelist.chmod(0o644)
-    port = free_port()
-    # opentracker chroots into -d (as root) and reads the whitelist path inside it
-    tracker = subprocess.Popen(
-        ["opentracker", "-i", "127.0.0.1", "-p", str(port), "-P", str(port),
-         "-d", str(tracker_dir), "-w", "whitelist.txt"],
-        cwd=tracker_dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
+        assert main(["-q", "publish", str(bucket.keys_file(name)), *config]) == 0
+    with OpenTracker() as tracker:  # an empty whitelist, re-read on SIGHUP
         unknown = "ab" * 20
-        _eventually(lambda: tracker.poll() is None and _probe(port, unknown))
-        assert not _accepted(port, unknown)
-        sync = ["tracker-sync", "--whitelist", str(whitelist), "--tracker-pid", str(tracker.pid), *config]
+        assert not tracker.accepts(unknown)
+        sync = ["tracker-sync", "--whitelist", str(tracker.whitelist), "--tracker-pid", str(tracker.pid),
+                *config]
         result = run_cli(*sync)
         assert result.returncode == 0, result.stderr
         assert "sent SIGHUP" in result.stdout
-        manifests = [read_manifest(fleet.store, v) for v in (1, 2)]
+        manifests = [read_manifest(bucket.store, v) for v in (1, 2)]
         assert all(m.info_hash_v2 is None for m in manifests)  # v1 torrents (the default)
         hashes = sorted(m.info_hash_v1 for m in manifests)
-        assert whitelist.read_text().splitlines() == hashes
+        assert tracker.whitelist.read_text().splitlines() == hashes
         for info_hash in hashes:
-            _eventually(lambda h=info_hash: _rehup_then_accepted(tracker.pid, port, h))  # type: ignore[misc]
-        assert not _accepted(port, unknown)
+            _eventually(lambda h=info_hash: _rehup_then_accepted(tracker, h))  # type: ignore[misc]
+        assert not tracker.accepts(unknown)
         again = run_cli(*sync)
         assert again.returncode == 0 and "up to date" in again.stdout
         # a new version and retention of one: v1 and v2 leave the whitelist
-        assert main(["-q", "publish", str(fleet.keys_file("c")), *config, "--keep", "1"]) == 0
+        assert main(["-q", "publish", str(bucket.keys_file("c")), *config, "--keep", "1"]) == 0
         assert run_cli(*sync).returncode == 0
-        newest = read_manifest(fleet.store, 3)
-        for info_hash in (newest.info_hash_v1,):
-            _eventually(lambda h=info_hash: _rehup_then_accepted(tracker.pid, port, h))  # type: ignore[misc]
-        _eventually(lambda: not _accepted(port, manifests[0].info_hash_v1))
-    finally:
-        tracker.kill()
-        tracker.wait(timeout=10)
+        newest = read_manifest(bucket.store, 3)
+        _eventually(lambda: _rehup_then_accepted(tracker, newest.info_hash_v1))
+        _eventually(lambda: not tracker.accepts(manifests[0].info_hash_v1))
 
 
-def _rehup_then_accepted(pid: int, port: int, info_hash_hex: str) -> bool:
+def _rehup_then_accepted(tracker: OpenTracker, info_hash_hex: str) -> bool:
     """Whether the hash is accepted; if not, SIGHUP the tracker again.
 
     One CI run saw a whitelisted hash refused for 20 s after tracker-sync's SIGHUP. The
     likely cause was this test's own announce, which sent a 0x20 byte of the hash as "+"
-    (fixed in :func:`_announce`); repeating the signal is kept as a harmless guard.
+    (fixed since); repeating the signal is kept as a harmless guard.
     """
-    if _accepted(port, info_hash_hex):
+    if tracker.accepts(info_hash_hex):
         return True
-    os.kill(pid, signal.SIGHUP)
+    os.kill(tracker.pid, signal.SIGHUP)
     time.sleep(0.2)
     return False
-
-
-def _probe(port: int, info_hash_hex: str) -> bool:
-    try:
-        _announce(port, info_hash_hex)
-    except OSError:
-        return False
-    return True

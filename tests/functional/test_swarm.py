@@ -1,6 +1,6 @@
 """The libtorrent swarm with real sessions, each in its own process, on 127.0.0.1.
 
-The origin is :class:`~tests.functional.http_origin.CountingOrigin` (Range requests,
+The origin is :class:`~bloomswarm.sandbox.origin.Origin` serving a directory (Range requests,
 bytes counted at the server, S3-like per-connection rate caps where a test needs a
 realistic origin); the tracker is Debian's opentracker; one test uses aria2c, a BitTorrent
 client no one here wrote. Every process a test starts is stopped by that test, by PID.
@@ -24,20 +24,19 @@ from typing import Any
 
 import pytest
 
-from tests.functional.http_origin import CountingOrigin
-from tests.functional.swarm_fleet import (
+from bloomswarm.sandbox.origin import Origin
+from bloomswarm.sandbox.swarm_worker import Report, WorkerProcess
+from bloomswarm.sandbox.tracker import OpenTracker
+from bloomswarm.sandbox.worker_swarm import (
     MIB,
     TestTorrent,
     loopback_swarm,
     make_test_torrent,
-    run_fleet,
+    run_workers,
     sha256_of,
     worker_spec,
     write_random_file,
 )
-from tests.functional.swarm_worker import Report, WorkerProcess
-from tests.functional.tracker import OpenTracker
-from tests.functional.tracker import opentracker as opentracker  # noqa: PLC0414  (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -77,10 +76,8 @@ def spawn() -> Iterator[Spawn]:
         worker.cleanup()
 
 
-def _origin(torrent: TestTorrent, **kwargs: Any) -> CountingOrigin:
-    origin = CountingOrigin(torrent.file.parent, **kwargs)
-    origin.start()
-    return origin
+def _origin(torrent: TestTorrent, *, connection_rate: int = 0) -> Origin:
+    return Origin(files=torrent.file.parent, connection_rate=connection_rate).start()
 
 
 def _whitelisted(tracker: OpenTracker, torrent: TestTorrent) -> list[str]:
@@ -113,7 +110,7 @@ def test_one_agent_downloads_from_the_origin_alone(
         assert final["state"] == "seeding" and final["progress"] == 1.0
         assert final["bytes_from_peers"] == 0 and final["hash_failures"] == 0
         assert final["bytes_from_origin"] == torrent.size
-        assert origin.bytes_sent == torrent.size  # one copy, counted at the origin too
+        assert origin.filter_bytes == torrent.size  # one copy, counted at the origin too
         assert final["origin_in_use"] is False  # the web seed goes once done
     finally:
         origin.stop()
@@ -139,10 +136,10 @@ def test_five_agents_with_a_tracker_pull_about_one_copy_from_the_origin(
     record_property: Callable[[str, object], None],
 ) -> None:
     trackers = _whitelisted(opentracker, torrent)
-    origin = _origin(torrent, connection_rate_limit=ORIGIN_CONNECTION_RATE)
+    origin = _origin(torrent, connection_rate=ORIGIN_CONNECTION_RATE)
     try:
-        policy_on = run_fleet(5, torrent, origin, loopback_swarm(trackers=trackers), tmp_path / "on")
-        always = run_fleet(5, torrent, origin, loopback_swarm(trackers=trackers, origin_policy="always"),
+        policy_on = run_workers(5, torrent, origin, loopback_swarm(trackers=trackers), tmp_path / "on")
+        always = run_workers(5, torrent, origin, loopback_swarm(trackers=trackers, origin_policy="always"),
                            tmp_path / "always")
     finally:
         origin.stop()
@@ -158,9 +155,9 @@ def test_five_agents_with_a_tracker_pull_about_one_copy_from_the_origin(
 def test_five_agents_find_each_other_through_the_dht_alone(
     torrent: TestTorrent, tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
-    origin = _origin(torrent, connection_rate_limit=ORIGIN_CONNECTION_RATE)
+    origin = _origin(torrent, connection_rate=ORIGIN_CONNECTION_RATE)
     try:
-        result = run_fleet(5, torrent, origin, loopback_swarm(), tmp_path / "dht", dht=True)
+        result = run_workers(5, torrent, origin, loopback_swarm(), tmp_path / "dht", dht=True)
     finally:
         origin.stop()
     print(f"\nDHT only, origin policy on: {result.summary()}")
@@ -212,7 +209,7 @@ def test_corrupt_pieces_from_a_peer_are_detected_and_the_download_completes(
 def test_a_killed_download_resumes_from_its_resume_data(
     torrent: TestTorrent, tmp_path: Path, spawn: Spawn
 ) -> None:
-    origin = _origin(torrent, connection_rate_limit=4 * MIB)  # about 6 s for the file
+    origin = _origin(torrent, connection_rate=4 * MIB)  # about 6 s for the file
     resume = tmp_path / "resume.dat"
     settings = loopback_swarm(origin_policy="always")
     try:
@@ -231,7 +228,7 @@ def test_a_killed_download_resumes_from_its_resume_data(
         progress_saved = saved_at["progress"]
         first.kill()
         assert progress_saved < 1.0
-        sent_before = origin.bytes_sent
+        sent_before = origin.filter_bytes
 
         second = spawn({**spec, "resume": str(resume), "save_resume_every": None}, "second")
         second.wait_finished(60)
@@ -244,8 +241,8 @@ def test_a_killed_download_resumes_from_its_resume_data(
     # Only what was missing at the last save came again (plus the pieces in flight).
     missing = (1.0 - progress_saved) * torrent.size
     assert final["bytes_from_origin"] <= missing + 4 * MIB, (final, progress_saved)
-    assert origin.bytes_sent - sent_before <= missing + 4 * MIB
-    assert origin.bytes_sent < 1.5 * torrent.size
+    assert origin.filter_bytes - sent_before <= missing + 4 * MIB
+    assert origin.filter_bytes < 1.5 * torrent.size
 
 
 # --- (f) rate limits on loopback ----------------------------------------------------------
@@ -258,18 +255,26 @@ def _transfer_seconds(worker: WorkerProcess, key: str) -> float:
     return finished - started
 
 
-def test_the_origin_rate_limit_holds_on_loopback(torrent: TestTorrent, tmp_path: Path, spawn: Spawn) -> None:
-    cap = 6 * MIB
-    origin = _origin(torrent)
+def _download_alone(torrent: TestTorrent, directory: Path, spawn: Spawn, name: str, swarm: dict[str, Any],
+                    *, connection_rate: int = 0, **extra: Any) -> tuple[WorkerProcess, Origin]:
+    """One worker downloads the torrent into ``directory`` from an origin of its own (a
+    ``connection_rate`` pace), which stops once the worker has finished; the copy's
+    SHA-256 is checked. ``extra``: more worker spec fields."""
+    origin = _origin(torrent, connection_rate=connection_rate)
     try:
-        spec = worker_spec(torrent, tmp_path / "agent",
-                           loopback_swarm(origin_policy="always", origin_rate_limit=cap),
-                           origin_url=origin.url(torrent.name), report_interval=0.2)
-        worker = spawn(spec, "capped")
+        spec = worker_spec(torrent, directory, swarm, origin_url=origin.url(torrent.name), **extra)
+        worker = spawn(spec, name)
         worker.wait_finished(60)
     finally:
         origin.stop()
-    assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+    assert sha256_of(directory / torrent.name) == torrent.sha256
+    return worker, origin
+
+
+def test_the_origin_rate_limit_holds_on_loopback(torrent: TestTorrent, tmp_path: Path, spawn: Spawn) -> None:
+    cap = 6 * MIB
+    swarm = loopback_swarm(origin_policy="always", origin_rate_limit=cap)
+    worker, _ = _download_alone(torrent, tmp_path / "agent", spawn, "capped", swarm, report_interval=0.2)
     assert _transfer_seconds(worker, "bytes_from_origin") >= 0.6 * torrent.size / cap - 0.2
 
 
@@ -358,14 +363,9 @@ def test_debian_aria2c_misreads_hybrid_torrents(torrent: TestTorrent) -> None:
 def test_an_expiring_origin_url_is_refreshed_before_it_expires(
     torrent: TestTorrent, tmp_path: Path, spawn: Spawn
 ) -> None:
-    origin = _origin(torrent, connection_rate_limit=4 * MIB)  # about 6 s: several URL lifetimes
-    try:
-        spec = worker_spec(torrent, tmp_path / "agent", loopback_swarm(origin_policy="always"),
-                           origin_url=origin.url(torrent.name), origin_url_ttl=3.0)
-        worker = spawn(spec, "refresh")
-        worker.wait_finished(60)
-    finally:
-        origin.stop()
-    assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+    worker, origin = _download_alone(torrent, tmp_path / "agent", spawn, "refresh",
+                                     loopback_swarm(origin_policy="always"),
+                                     connection_rate=4 * MIB,  # about 6 s: several URL lifetimes
+                                     origin_url_ttl=3.0)
     assert origin.forbidden == 0  # never used an expired URL
     assert "origin URL refreshed" in worker.log_tail(1_000_000)

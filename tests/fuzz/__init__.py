@@ -1,2 +1,2 @@
-"""Bounded fuzzing in CI: the targets of benchmarks/fuzz_targets.py under hypothesis, and
+"""Bounded fuzzing in CI: the targets of sandbox/fuzz_targets.py under hypothesis, and
 replays of the regression corpus (inputs that once broke a target)."""

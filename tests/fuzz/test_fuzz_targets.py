@@ -1,4 +1,4 @@
-"""Bounded fuzzing of every target in benchmarks/fuzz_targets.py, plus the regression corpus.
+"""Bounded fuzzing of every target in sandbox/fuzz_targets.py, plus the regression corpus.
 
 Contract under test: every input is accepted or rejected with the project's own error
 type (the target returns a bool); anything else escapes the target and fails the test.
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from benchmarks import fuzz_targets
+from bloomswarm.sandbox import fuzz_targets
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 EXAMPLES = 250

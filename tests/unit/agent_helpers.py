@@ -1,16 +1,19 @@
-"""Shared pieces of the agent's unit tests: keys, publishing into a memory store, an HTTP
-server in front of that store (the "CDN"), and an agent driven step by step.
+"""Shared pieces of the agent's unit tests: keys, publishing into a memory store, agents
+driven step by step over an in-memory origin and transfer (no sockets, no sleeps), and,
+for the tests of the HTTP code itself (DirectTransfer, HttpAnnouncements), an HTTP server
+in front of the store (the "CDN").
 
-A test module takes the ``store``, ``server`` and ``daemons`` fixtures by naming them at
-its top level (an assignment, not an import: the tests' parameters of the same name would
-shadow it)::
+A test module takes the ``store``, ``origin``, ``server`` and ``daemons`` fixtures by
+naming them at its top level (an assignment, not an import: the tests' parameters of the
+same name would shadow it)::
 
-    store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons
+    store, origin, daemons = agent_helpers.store, agent_helpers.origin, agent_helpers.daemons
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 import urllib.parse
@@ -18,11 +21,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
-from bloomswarm.agent.announcements import HttpAnnouncements
+from bloomswarm.agent.announcements import AnnouncementSource, ObjectStoreAnnouncements
 from bloomswarm.agent.config import (
     AgentConfig,
     DirectConfig,
@@ -32,13 +35,13 @@ from bloomswarm.agent.config import (
     WatchConfig,
 )
 from bloomswarm.agent.daemon import AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
+from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
-from bloomswarm.agent.origin import CdnOrigin
+from bloomswarm.agent.transfer import Transfer
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.datadir import current_version
 from bloomswarm.common.errors import ObjectNotFound
-from bloomswarm.common.manifest import Manifest, Pointer
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.pointer import Pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import MemoryObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig
@@ -173,6 +176,12 @@ def store() -> MemoryObjectStore:
 
 
 @pytest.fixture
+def origin(store: MemoryObjectStore) -> MemoryOrigin:
+    """The in-memory origin in front of ``store``."""
+    return MemoryOrigin(store)
+
+
+@pytest.fixture
 def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
     """A running StoreServer in front of ``store``, stopped at the end of the test."""
     server = StoreServer(store).start()
@@ -180,22 +189,65 @@ def server(store: MemoryObjectStore) -> Iterator[StoreServer]:
     server.stop()
 
 
-def served_filter_bytes(server: StoreServer) -> int:
-    """Bytes of filter files the server sent."""
-    return sum(n for key, n in server.served.items() if key.endswith("/filter.bsf"))
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test on any socket opened or ``time.sleep`` called: the agent's tests over
+    the in-memory origin and transfer need neither (a module takes it with
+    ``pytestmark = pytest.mark.usefixtures("offline")``)."""
+
+    def refuse(what: str) -> Callable[..., Any]:
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError(f"{what} called in a test that must not use it")
+
+        return refused
+
+    monkeypatch.setattr(socket, "socket", refuse("socket.socket"))
+    monkeypatch.setattr(socket, "create_connection", refuse("socket.create_connection"))
+    monkeypatch.setattr(time, "sleep", refuse("time.sleep"))
 
 
-def agent_config(tmp_path: Path, base_url: str, **changes: Any) -> AgentConfig:
-    """A fast agent configuration: direct transfer from ``base_url``, tight intervals."""
+class Serving(Protocol):
+    """An origin that counts the payload bytes it served by key (StoreServer, MemoryOrigin)."""
+
+    served: Counter[str]
+
+
+def served_filter_bytes(origin: Serving) -> int:
+    """Bytes of filter files the origin sent."""
+    return sum(n for key, n in origin.served.items() if key.endswith("/filter.bsf"))
+
+
+class TickingClock:
+    """A monotonic clock that moves ``tick`` seconds at every reading, from ``start`` (an
+    agent stepped in a loop sees time pass as it runs, and no test waits for real time).
+    It starts near zero, as on a machine that booted a second ago."""
+
+    def __init__(self, start: float = 1.0, tick: float = 0.01) -> None:
+        self.now = start
+        self.tick = tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def agent_config(tmp_path: Path, base_url: str | None = None, **changes: Any) -> AgentConfig:
+    """A fast agent configuration with tight intervals. Its origin is the bucket (``[s3]``),
+    or the HTTP server at ``base_url`` with a direct transfer (the daemon itself reads
+    neither: the test hands it its source, transfer and origin)."""
     public = tmp_path / "publisher.pub"
     if not public.exists():
         public.write_bytes(PUBLIC_PEM)
+    where: dict[str, Any] = (
+        {"s3": S3Config(bucket="unit-test")} if base_url is None
+        else {"origin": OriginConfig(cdn_base_url=base_url, http_timeout_s=5.0)}
+    )
     fields: dict[str, Any] = {
         "data_dir": tmp_path / "data",
         "public_keys": (public,),
         "transfer": "direct",
         "resume_save_interval_s": 0.05,
-        "origin": OriginConfig(cdn_base_url=base_url, http_timeout_s=5.0),
+        **where,
         "watch": WatchConfig(poll_interval_s=0.02, poll_jitter_s=0.0, retry_initial_s=0.02,
                              retry_max_s=0.1),
         "install": InstallConfig(disk_margin_bytes=0),
@@ -206,15 +258,22 @@ def agent_config(tmp_path: Path, base_url: str, **changes: Any) -> AgentConfig:
     return AgentConfig(**fields)
 
 
-def make_daemon(config: AgentConfig, public_keys: Sequence[VerifyKey] = PUBLIC) -> AgentDaemon:
-    """An agent reading ``config.origin.cdn_base_url`` with a DirectTransfer and pinning
-    ``public_keys``, started."""
-    base = config.origin.cdn_base_url
-    assert base is not None
+def make_daemon(
+    config: AgentConfig,
+    origin: MemoryOrigin,
+    public_keys: Sequence[VerifyKey] = PUBLIC,
+    *,
+    transfer: Transfer | None = None,
+    source: AnnouncementSource | None = None,
+    **options: Any,
+) -> AgentDaemon:
+    """An agent pinning ``public_keys`` that reads announcements through ``origin`` and
+    downloads from it with a MemoryTransfer (or ``source``, ``transfer``), on a
+    TickingClock; started. ``options`` go to AgentDaemon (``wall_clock``, ...)."""
     keys = list(public_keys)
-    source = HttpAnnouncements(base, keys, timeout_s=5.0)
-    daemon = AgentDaemon(config, source, DirectTransfer(config.direct), CdnOrigin(base), keys,
-                         metrics=AgentMetrics())
+    daemon = AgentDaemon(config, source or ObjectStoreAnnouncements(origin, keys),
+                         transfer or MemoryTransfer(origin), origin, keys,
+                         metrics=AgentMetrics(), clock=TickingClock(), **options)
     daemon.start()
     return daemon
 
@@ -230,18 +289,18 @@ def daemons() -> Iterator[list[AgentDaemon]]:
 
 def installed(daemon: AgentDaemon, version: int) -> bool:
     """Whether ``daemon``'s ``current`` link names ``version``."""
-    return current_version(daemon.data_dir) == version
+    return daemon.layout.current_version() == version
 
 
-def run_until(daemon: AgentDaemon, condition: Callable[[], bool], *, limit_s: float = 30.0) -> None:
+def run_until(daemon: AgentDaemon, condition: Callable[[], bool], *, max_steps: int = 1000) -> None:
     """Step ``daemon`` until ``condition()`` holds; AssertionError (with the agent's status)
-    when it does not within ``limit_s`` (a safety bound, not a timing assertion)."""
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached; agent status: {daemon.status()}")
+    when it does not within ``max_steps`` steps."""
+    for _ in range(max_steps):
+        if condition():
+            return
         daemon.step()
-        time.sleep(0.005)
+    if not condition():
+        raise AssertionError(f"condition not reached in {max_steps} steps; agent status: {daemon.status()}")
 
 
 def metric(daemon: AgentDaemon, name: str, **labels: str) -> float:
@@ -254,5 +313,4 @@ def stepping(daemon: AgentDaemon, steps: int) -> Iterator[int]:
     """Step the daemon ``steps`` times, yielding the step number."""
     for number in range(steps):
         daemon.step()
-        time.sleep(0.005)
         yield number

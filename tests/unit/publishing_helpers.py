@@ -8,9 +8,11 @@ from typing import Any
 
 import libtorrent as lt
 
+from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.header import FilterHeader
-from bloomswarm.common.manifest import LATEST_KEY, Manifest, Pointer, open_pointer
+from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import ObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig

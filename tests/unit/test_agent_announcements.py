@@ -13,9 +13,10 @@ from bloomswarm.agent.announcements import (
     ObjectStoreAnnouncements,
     open_announcement,
 )
+from bloomswarm.agent.memory_transfer import MemoryOrigin
 from bloomswarm.agent.verify import CheckFailed
+from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key
 from bloomswarm.common.errors import ObjectNotFound, StorageError
-from bloomswarm.common.manifest import LATEST_KEY, signature_key
 from bloomswarm.common.storage import MemoryObjectStore, StoredObject
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import PUBLIC, ROGUE_KEY, StoreServer, point_latest, publish
@@ -23,10 +24,13 @@ from tests.unit.agent_helpers import PUBLIC, ROGUE_KEY, StoreServer, point_lates
 store, server = agent_helpers.store, agent_helpers.server  # the shared pytest fixtures
 
 
-@pytest.fixture(params=["store", "http"])
+@pytest.fixture(params=["store", "memory_origin", "http"])
 def source(request: pytest.FixtureRequest, store: MemoryObjectStore) -> Iterator[ObjectStoreAnnouncements]:
     if request.param == "store":
         yield ObjectStoreAnnouncements(store, PUBLIC)
+        return
+    if request.param == "memory_origin":  # what the daemon's unit tests read through
+        yield ObjectStoreAnnouncements(MemoryOrigin(store), PUBLIC)
         return
     server = StoreServer(store).start()
     try:

@@ -2,7 +2,8 @@
 
 With ``background_polls`` (what ``bloomswarm agent run`` uses), ``source.latest()`` runs on
 a thread of its own; the loop keeps ticking the transfer and takes the poll's outcome, an
-announcement or an error, at a later step.
+announcement or an error, at a later step. The tests wait for that thread with events and
+joins, never with sleeps.
 """
 
 from __future__ import annotations
@@ -10,32 +11,34 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from bloomswarm.agent.announcements import Announcement, HttpAnnouncements
+import pytest
+
+from bloomswarm.agent.announcements import Announcement, ObjectStoreAnnouncements
 from bloomswarm.agent.daemon import AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
-from bloomswarm.agent.metrics import AgentMetrics
-from bloomswarm.agent.origin import CdnOrigin
+from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.common.errors import StorageError
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import (
     PUBLIC,
-    StoreServer,
     agent_config,
     installed,
+    make_daemon,
     metric,
     publish,
     run_until,
 )
 
-store, server = agent_helpers.store, agent_helpers.server  # fixtures
+store, origin = agent_helpers.store, agent_helpers.origin  # fixtures
+offline = agent_helpers.offline
+pytestmark = pytest.mark.usefixtures("offline")  # no sockets, no sleeps
 
 
 class GatedSource:
     """An announcement source whose ``latest()`` blocks until the test opens the gate,
     then answers from the real source (or raises ``error``)."""
 
-    def __init__(self, real: HttpAnnouncements) -> None:
+    def __init__(self, real: ObjectStoreAnnouncements) -> None:
         self.real = real
         self.gate = threading.Event()
         self.entered = threading.Event()
@@ -52,8 +55,8 @@ class GatedSource:
         return self.real.latest()
 
 
-class CountingTransfer(DirectTransfer):
-    """A DirectTransfer that counts the loop's ticks (calls to poll())."""
+class CountingTransfer(MemoryTransfer):
+    """A MemoryTransfer that counts the loop's ticks (calls to poll())."""
 
     ticks = 0
 
@@ -62,20 +65,28 @@ class CountingTransfer(DirectTransfer):
         super().poll()
 
 
-def _daemon(tmp_path: Path, server: StoreServer, source: GatedSource) -> tuple[AgentDaemon, CountingTransfer]:
-    config = agent_config(tmp_path, server.url)
-    transfer = CountingTransfer(config.direct)
-    daemon = AgentDaemon(config, source, transfer, CdnOrigin(server.url), list(PUBLIC),
-                         metrics=AgentMetrics(), background_polls=True)
-    daemon.start()
+def _daemon(
+    tmp_path: Path, origin: MemoryOrigin, source: GatedSource
+) -> tuple[AgentDaemon, CountingTransfer]:
+    transfer = CountingTransfer(origin)
+    daemon = make_daemon(agent_config(tmp_path), origin, transfer=transfer, source=source,
+                         background_polls=True)
     return daemon, transfer
 
 
+def _join_polls() -> None:
+    """Wait until every background poll thread has returned."""
+    for thread in threading.enumerate():
+        if thread.name == "bloomswarm-poll":
+            thread.join(30)
+            assert not thread.is_alive(), "a background poll never returned"
+
+
 def test_the_loop_ticks_while_a_poll_hangs_and_takes_its_announcement_later(
-        tmp_path: Path, store: MemoryObjectStore, server: StoreServer) -> None:
+        tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin) -> None:
     publish(store, ["a", "b"])
-    source = GatedSource(HttpAnnouncements(server.url, list(PUBLIC), timeout_s=5.0))
-    daemon, transfer = _daemon(tmp_path, server, source)
+    source = GatedSource(ObjectStoreAnnouncements(origin, list(PUBLIC)))
+    daemon, transfer = _daemon(tmp_path, origin, source)
     try:
         daemon.step()
         assert source.entered.wait(10)
@@ -86,6 +97,7 @@ def test_the_loop_ticks_while_a_poll_hangs_and_takes_its_announcement_later(
         assert daemon.status()["poll_in_flight_s"] is not None  # reported while it hangs
         assert not installed(daemon, 1)
         source.gate.set()
+        _join_polls()
         run_until(daemon, lambda: installed(daemon, 1))
         run_until(daemon, lambda: daemon.status()["poll_in_flight_s"] is None
                   or daemon.status()["poll_in_flight_s"] < 1.0)
@@ -95,16 +107,20 @@ def test_the_loop_ticks_while_a_poll_hangs_and_takes_its_announcement_later(
 
 
 def test_a_background_poll_error_is_counted_like_a_foreground_one(
-        tmp_path: Path, store: MemoryObjectStore, server: StoreServer) -> None:
+        tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin) -> None:
     publish(store, ["a"])
-    source = GatedSource(HttpAnnouncements(server.url, list(PUBLIC), timeout_s=5.0))
+    source = GatedSource(ObjectStoreAnnouncements(origin, list(PUBLIC)))
     source.error = StorageError("origin unreachable (test)")
-    daemon, _ = _daemon(tmp_path, server, source)
+    daemon, _ = _daemon(tmp_path, origin, source)
     try:
         source.gate.set()
+        daemon.step()  # the first poll starts, and fails
+        _join_polls()
         run_until(daemon, lambda: metric(daemon, "origin_errors_total") >= 1)
         assert daemon.status()["last_error"] is not None
         source.error = None
+        run_until(daemon, lambda: daemon.status()["poll_in_flight_s"] is not None)  # after the backoff
+        _join_polls()
         run_until(daemon, lambda: installed(daemon, 1))  # the next poll recovers
     finally:
         daemon.shutdown()

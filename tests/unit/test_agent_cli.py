@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bloomswarm.agent.memory_transfer import MemoryOrigin
 from bloomswarm.agent.metrics import StatusServer
 from bloomswarm.agent_commands import format_status
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.main import main
-from tests.unit.agent_helpers import StoreServer, agent_config, make_daemon, publish, run_until
+from tests.unit.agent_helpers import agent_config, make_daemon, publish, run_until
 
 
-@pytest.fixture
-def store_server() -> Iterator[tuple[MemoryObjectStore, StoreServer]]:
+def test_status_of_a_running_agent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     store = MemoryObjectStore()
-    server = StoreServer(store).start()
-    yield store, server
-    server.stop()
-
-
-def test_status_of_a_running_agent(
-    tmp_path: Path, store_server: tuple[MemoryObjectStore, StoreServer], capsys: pytest.CaptureFixture[str]
-) -> None:
-    store, server = store_server
     publish(store, ["a"])
-    daemon = make_daemon(agent_config(tmp_path, server.url))
+    daemon = make_daemon(agent_config(tmp_path), MemoryOrigin(store))
     endpoint = StatusServer(daemon.metrics, daemon.status, "127.0.0.1", 0)
     url = endpoint.start()
     try:

@@ -12,11 +12,12 @@ from bloomswarm.agent.config import (
     AgentConfig,
     InstallConfig,
     OriginConfig,
+    SwarmConfig,
     WatchConfig,
     env_name,
     load_config,
+    swarm_config,
 )
-from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.common.errors import ConfigError
 
 BASIC = """
@@ -142,3 +143,120 @@ def test_dataclasses_check_their_values() -> None:
         WatchConfig(retry_initial_s=10, retry_max_s=1)
     with pytest.raises(ConfigError, match="public_keys"):
         AgentConfig(data_dir=Path("/d"), public_keys=(), origin=OriginConfig(cdn_base_url="http://c"))
+
+
+# --- [swarm]: the same loader as every other table ------------------------------------------
+
+
+def test_swarm_nan_in_the_file_is_refused(tmp_path: Path) -> None:
+    text = HEAD + S3 + "[swarm]\norigin_grace_s = nan\n"
+    with pytest.raises(ConfigError, match=re.escape("swarm.origin_grace_s must be a finite number, got nan")):
+        load_config(_write(tmp_path, text), environ={})
+
+
+@pytest.mark.parametrize(
+    ("swarm", "message"),
+    [
+        ("origin_starved_s = inf", "swarm.origin_starved_s must be a finite number, got inf"),
+        ("origin_max_delay_s = -inf", "swarm.origin_max_delay_s must be a finite number, got -inf"),
+        ('enable_dht = "yes"', "swarm.enable_dht must be true or false, got 'yes'"),
+        ('allow_private_origin = "true"', "swarm.allow_private_origin must be true or false, got 'true'"),
+        ("enable_lsd = 1", "swarm.enable_lsd must be true or false, got 1"),
+        ('upload_rate_limit = "1048576"', "swarm.upload_rate_limit must be an integer, got '1048576'"),
+        ("upload_rate_limit = true", "swarm.upload_rate_limit must be an integer, got True"),
+        ("upload_rate_limit = -1", "swarm.upload_rate_limit must be 0 (unlimited) or positive"),
+        ('origin_grace_s = "5"', "swarm.origin_grace_s must be a number, got '5'"),
+        ('origin_policy = "sometimes"', "swarm.origin_policy must be one of fallback, always"),
+        ("trackers = [1]", "swarm.trackers must be a string, got [1]"),
+        ('dht_bootstrap_nodes = ["nohost"]', "swarm.dht_bootstrap_nodes: 'nohost' is not host:port"),
+        ("origin_request_bytes = 1000", "swarm.origin_request_bytes must be at least 16384"),
+        ("listen_interfaces = 6881", "swarm.listen_interfaces must be a string, got 6881"),
+    ],
+)
+def test_bad_swarm_values_in_the_file_are_refused_by_name(tmp_path: Path, swarm: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(_write(tmp_path, HEAD + S3 + f"[swarm]\n{swarm}\n"), environ={})
+
+
+def test_swarm_table_takes_toml_values(tmp_path: Path) -> None:
+    text = HEAD + S3 + (
+        "[swarm]\n"
+        'trackers = ["http://a/announce", "http://b/announce"]\n'
+        'dht_bootstrap_nodes = ["10.0.0.1:6881"]\n'
+        "enable_dht = false\n"
+        "upload_rate_limit = 1048576\n"
+        "origin_grace_s = 3\n"  # an int where a float belongs
+        'origin_policy = "always"\n'
+    )
+    config = load_config(_write(tmp_path, text), environ={}).swarm
+    assert config.trackers == ("http://a/announce", "http://b/announce")
+    assert config.dht_bootstrap_nodes == ("10.0.0.1:6881",)
+    assert config.enable_dht is False and config.upload_rate_limit == 1048576
+    assert config.origin_grace_s == 3.0 and isinstance(config.origin_grace_s, float)
+    assert config.origin_policy == "always"
+
+
+def test_swarm_table_takes_environment_strings(tmp_path: Path) -> None:
+    environ = {
+        env_name("swarm.trackers"): "http://a/announce, http://b/announce",
+        env_name("swarm.dht_bootstrap_nodes"): "10.0.0.1:6881,10.0.0.2:6881",
+        env_name("swarm.enable_dht"): "false",
+        env_name("swarm.enable_lsd"): "TRUE",
+        env_name("swarm.upload_rate_limit"): "1048576",
+        env_name("swarm.origin_grace_s"): "3",
+        env_name("swarm.origin_policy"): "always",
+        env_name("swarm.listen_interfaces"): "127.0.0.1:0",
+    }
+    config = load_config(_write(tmp_path, BASIC), environ=environ).swarm
+    assert config.trackers == ("http://a/announce", "http://b/announce")
+    assert config.dht_bootstrap_nodes == ("10.0.0.1:6881", "10.0.0.2:6881")
+    assert config.enable_dht is False and config.enable_lsd is True
+    assert config.upload_rate_limit == 1048576 and config.origin_grace_s == 3.0
+    assert config.origin_policy == "always" and config.listen_interfaces == "127.0.0.1:0"
+
+
+@pytest.mark.parametrize(
+    ("setting", "text", "message"),
+    [
+        ("swarm.origin_grace_s", "nan", "swarm.origin_grace_s must be a finite number, got nan"),
+        ("swarm.origin_starved_s", "inf", "swarm.origin_starved_s must be a finite number, got inf"),
+        ("swarm.origin_retry_s", "-inf", "swarm.origin_retry_s must be a finite number, got -inf"),
+        ("swarm.enable_dht", "maybe", "swarm.enable_dht must be true or false, got 'maybe'"),
+        ("swarm.connections_limit", "many", "swarm.connections_limit must be an integer, got 'many'"),
+        ("swarm.origin_policy", "sometimes", "swarm.origin_policy must be one of fallback, always"),
+    ],
+)
+def test_bad_swarm_environment_values_name_the_variable(
+    tmp_path: Path, setting: str, text: str, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"{env_name(setting)}: {message}")):
+        load_config(_write(tmp_path, BASIC), environ={env_name(setting): text})
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("swarm.origin_grace_s", float("nan"), "swarm.origin_grace_s must be a finite number, got nan"),
+        ("watch.poll_interval_s", float("inf"), "watch.poll_interval_s must be a finite number, got inf"),
+        ("swarm.enable_dht", "yes", "swarm.enable_dht must be true or false, got 'yes'"),
+    ],
+)
+def test_bad_overrides_are_refused_by_name(tmp_path: Path, setting: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"command line: {message}")):
+        load_config(_write(tmp_path, BASIC), environ={}, overrides={setting: value})
+
+
+def test_swarm_config_checks_a_table_like_the_file() -> None:
+    config = swarm_config({"trackers": ["http://a/announce"], "enable_dht": False, "origin_grace_s": 1})
+    assert config == SwarmConfig(trackers=("http://a/announce",), enable_dht=False, origin_grace_s=1.0)
+    assert swarm_config({}) == SwarmConfig()
+    with pytest.raises(ConfigError, match=re.escape("spec: swarm.origin_grace_s must be a finite number")):
+        swarm_config({"origin_grace_s": float("nan")}, where="spec")
+    with pytest.raises(ConfigError, match=re.escape("[swarm]: unknown setting 'swarm.turbo'")):
+        swarm_config({"turbo": True})
+    with pytest.raises(ConfigError, match=re.escape("swarm.enable_dht must be true or false")):
+        swarm_config({"enable_dht": "yes"})
+
+
+def test_swarm_config_has_no_coercion_of_its_own() -> None:
+    assert not hasattr(SwarmConfig, "from_mapping")

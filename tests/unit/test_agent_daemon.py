@@ -1,7 +1,9 @@
-"""The agent's loop, in-process: a memory store behind a local HTTP server, DirectTransfer.
+"""The agent's loop, in-process: a memory store behind an in-memory origin, MemoryTransfer.
 
 Every scenario drives one AgentDaemon step by step until a state is reached (bounded by a
-generous safety limit), then checks the data directory, the metrics and the status.
+number of steps), then checks the data directory, the metrics and the status. Nothing
+opens a socket or sleeps: the transfer moves bytes when the loop polls it, and the
+agent's clock moves as it is read.
 """
 
 from __future__ import annotations
@@ -16,21 +18,16 @@ from typing import Any
 
 import pytest
 
-from bloomswarm.agent.announcements import HttpAnnouncements
-from bloomswarm.agent.config import DirectConfig, InstallConfig
-from bloomswarm.agent.daemon import RESUME_FILE, AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
-from bloomswarm.agent.install import STATE_FILE
-from bloomswarm.agent.origin import CdnOrigin
-from bloomswarm.common.datadir import current_filter_path, current_version
+from bloomswarm.agent.config import InstallConfig
+from bloomswarm.agent.daemon import AgentDaemon
+from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
+from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.live import LiveFilter
-from bloomswarm.common.manifest import LATEST_KEY, Manifest
+from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import (
-    PUBLIC,
     ROGUE_KEY,
-    StoreServer,
     agent_config,
     installed,
     make_daemon,
@@ -42,31 +39,33 @@ from tests.unit.agent_helpers import (
     stepping,
 )
 
-store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons  # fixtures
+store, origin, daemons = agent_helpers.store, agent_helpers.origin, agent_helpers.daemons  # fixtures
+offline = agent_helpers.offline
+pytestmark = pytest.mark.usefixtures("offline")  # no sockets, no sleeps
 
 
-def _agent(tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon], **changes: object) -> AgentDaemon:
-    daemon = make_daemon(agent_config(tmp_path, server.url, **changes))
+def _agent(tmp_path: Path, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
+           transfer: MemoryTransfer | None = None, **changes: Any) -> AgentDaemon:
+    daemon = make_daemon(agent_config(tmp_path, **changes), origin, transfer=transfer)
     daemons.append(daemon)
     return daemon
 
 
-
-def _agent_through_v2(tmp_path: Path, store: MemoryObjectStore, server: StoreServer,
+def _agent_through_v2(tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin,
                       daemons: list[AgentDaemon]) -> AgentDaemon:
     """An agent that installed v1, then swapped to v2 (both published here)."""
     publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     run_until(daemon, lambda: installed(daemon, 1))
     publish(store, ["a", "b"])
     run_until(daemon, lambda: installed(daemon, 2))
     return daemon
 
 def test_installs_the_first_version_then_swaps_and_collects(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
     v1 = publish(store, ["a", "b"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     live = LiveFilter(daemon.data_dir, watch=False, poll_interval=0.01)
     try:
         run_until(daemon, lambda: installed(daemon, 1))
@@ -92,16 +91,16 @@ def test_installs_the_first_version_then_swaps_and_collects(
         assert versions == ["v2", "v3"]  # keep_versions=2: current and previous
         assert daemon.transfer.versions() == [2, 3]
         assert metric(daemon, "swaps_total") == 3
-        assert metric(daemon, "bytes_from_origin_total") == served_filter_bytes(server)
+        assert metric(daemon, "bytes_from_origin_total") == served_filter_bytes(origin)
     finally:
         live.close()
 
 
 def test_a_file_whose_sha256_differs_is_never_installed_and_is_retried(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
     publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     run_until(daemon, lambda: installed(daemon, 1))
     v2 = publish(store, ["a", "b"])
     good = store.get(v2.filter_key)
@@ -110,7 +109,7 @@ def test_a_file_whose_sha256_differs_is_never_installed_and_is_retried(
     bad[-1] ^= 0xFF  # the body differs: same size, valid header, wrong SHA-256
     store.put(v2.filter_key, bytes(bad))
     run_until(daemon, lambda: metric(daemon, "verification_failures_total", check="sha256") >= 2)
-    assert current_version(daemon.data_dir) == 1
+    assert daemon.layout.current_version() == 1
     assert not (daemon.data_dir / "versions" / "v2").exists()
     status = daemon.status()
     assert "SHA-256" in status["last_error"] and status["download"]["version"] == 2
@@ -121,11 +120,11 @@ def test_a_file_whose_sha256_differs_is_never_installed_and_is_retried(
 
 @pytest.mark.parametrize("fault", ["pointer_signature", "manifest_signature", "info_hash"])
 def test_announcements_that_fail_verification_change_nothing(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon],
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
     fault: str,
 ) -> None:
     publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     run_until(daemon, lambda: installed(daemon, 1))
     if fault == "pointer_signature":
         publish(store, ["a", "b"], key=ROGUE_KEY)
@@ -141,8 +140,8 @@ def test_announcements_that_fail_verification_change_nothing(
             store.put(v2.torrent_key, torrent.data)
             point_latest(store, 2)
     run_until(daemon, lambda: metric(daemon, "verification_failures_total", check=fault) >= 2)
-    assert current_version(daemon.data_dir) == 1
-    assert served_filter_bytes(server) == store.head("v1/" + _attempt_key(store, 1)).size
+    assert daemon.layout.current_version() == 1
+    assert served_filter_bytes(origin) == store.head("v1/" + _attempt_key(store, 1)).size
     assert daemon.status()["download"] is None
 
 
@@ -153,17 +152,17 @@ def _attempt_key(store: MemoryObjectStore, version: int) -> str:
 
 
 def test_downgrade_refused_pin_followed_replay_refused(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
     publish(store, ["a"])
     publish(store, ["a", "b"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     run_until(daemon, lambda: installed(daemon, 2))
     old_latest = store.get(LATEST_KEY)
     assert old_latest is not None
     point_latest(store, 1)  # not pinned: a downgrade
     run_until(daemon, lambda: metric(daemon, "refusals_total", reason="downgrade") >= 1)
-    assert current_version(daemon.data_dir) == 2
+    assert daemon.layout.current_version() == 2
     pinned = point_latest(store, 1, pinned=True)
     run_until(daemon, lambda: installed(daemon, 1))
     assert daemon.status()["last_sequence"] == pinned.sequence
@@ -171,24 +170,24 @@ def test_downgrade_refused_pin_followed_replay_refused(
 
     store.put(LATEST_KEY, old_latest.data)  # the old pointer served again
     run_until(daemon, lambda: metric(daemon, "refusals_total", reason="replay") >= 1)
-    assert current_version(daemon.data_dir) == 1
+    assert daemon.layout.current_version() == 1
 
     daemon.shutdown()  # the accepted sequence survives a restart
     daemons.remove(daemon)
-    assert f'"last_sequence": {pinned.sequence}' in (daemon.data_dir / STATE_FILE).read_text()
-    again = _agent(tmp_path, server, daemons)
+    assert f'"last_sequence": {pinned.sequence}' in daemon.layout.state_file.read_text()
+    again = _agent(tmp_path, origin, daemons)
     run_until(again, lambda: metric(again, "refusals_total", reason="replay") >= 1)
-    assert current_version(again.data_dir) == 1
+    assert again.layout.current_version() == 1
 
 
 def test_a_rollback_to_an_installed_version_downloads_nothing(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
-    daemon = _agent_through_v2(tmp_path, store, server, daemons)
-    fetched = served_filter_bytes(server)
+    daemon = _agent_through_v2(tmp_path, store, origin, daemons)
+    fetched = served_filter_bytes(origin)
     point_latest(store, 1, pinned=True)
     run_until(daemon, lambda: installed(daemon, 1))
-    assert served_filter_bytes(server) == fetched
+    assert served_filter_bytes(origin) == fetched
     assert daemon.status()["last_swap"]["previous"] == 2
 
 
@@ -200,84 +199,68 @@ def test_a_rollback_to_an_installed_version_downloads_nothing(
     ],
 )
 def test_a_version_that_does_not_fit_is_refused_before_download(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon],
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
     case: tuple[InstallConfig, str, str],
 ) -> None:
     install, reason, words = case
     publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons, install=install)
+    daemon = _agent(tmp_path, origin, daemons, install=install)
     run_until(daemon, lambda: metric(daemon, "refusals_total", reason=reason) >= 2)
-    assert served_filter_bytes(server) == 0
+    assert served_filter_bytes(origin) == 0
     assert not (daemon.data_dir / "staging" / "v1" / "filter.bsf").exists()
-    assert current_version(daemon.data_dir) is None and not daemon.metrics.is_ready
+    assert daemon.layout.current_version() is None and not daemon.metrics.is_ready
     assert words in daemon.status()["last_error"]
 
 
 def test_origin_down_keeps_serving_and_recovers(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
     publish(store, ["a"])
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     run_until(daemon, lambda: installed(daemon, 1))
-    server.failing = True
+    origin.failing = True
     run_until(daemon, lambda: metric(daemon, "origin_errors_total") >= 3)
-    assert current_version(daemon.data_dir) == 1 and daemon.metrics.is_ready
-    assert "HTTP 503" in daemon.status()["last_error"]
+    assert daemon.layout.current_version() == 1 and daemon.metrics.is_ready
+    assert "origin is unavailable" in daemon.status()["last_error"]
     publish(store, ["a", "b"])
-    server.failing = False
+    origin.failing = False
     run_until(daemon, lambda: installed(daemon, 2))
 
 
 def test_a_download_interrupted_by_shutdown_resumes_after_restart(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
-    manifest = publish(store, ["a"], capacity=1_500_000)  # about 1.8 MB
-    slow = DirectConfig(timeout_s=5.0, rate_limit_bytes_per_s=1_000_000, chunk_size=64 * 1024)
-    daemon = _agent(tmp_path, server, daemons, direct=slow)
+    manifest = publish(store, ["a"], capacity=1_500_000)  # about 1.8 MB: 8 pieces of 256 KiB
+    slow = MemoryTransfer(origin, pieces_per_poll=1)
+    daemon = _agent(tmp_path, origin, daemons, transfer=slow)
     partial = daemon.data_dir / "staging" / "v1" / "filter.bsf"
     run_until(daemon, lambda: partial.is_file() and partial.stat().st_size >= 256 * 1024)
     daemon.shutdown()
     daemons.remove(daemon)
-    assert (partial.parent / RESUME_FILE).is_file()
-    assert current_version(daemon.data_dir) is None
+    assert daemon.layout.resume_in(partial.parent).is_file()
+    assert daemon.layout.current_version() is None
     assert not (daemon.data_dir / "versions" / "v1").exists()
     on_disk = partial.stat().st_size
     assert on_disk < manifest.size
 
-    again = _agent(tmp_path, server, daemons)
+    again = _agent(tmp_path, origin, daemons)
     assert again.target_version == 1  # recovered from staging before any poll
     run_until(again, lambda: installed(again, 1))
     assert metric(again, "bytes_from_origin_total") == manifest.size - on_disk
-    assert hashlib.sha256(current_filter_path(again.data_dir).read_bytes()).hexdigest() == manifest.sha256
-
-
-def test_a_server_that_ignores_ranges_still_gives_a_correct_file(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
-) -> None:
-    manifest = publish(store, ["a"], capacity=400_000)
-    slow = DirectConfig(timeout_s=5.0, rate_limit_bytes_per_s=1_000_000, chunk_size=64 * 1024)
-    daemon = _agent(tmp_path, server, daemons, direct=slow)
-    partial = daemon.data_dir / "staging" / "v1" / "filter.bsf"
-    run_until(daemon, lambda: partial.is_file() and partial.stat().st_size > 0)
-    daemon.shutdown()
-    daemons.remove(daemon)
-    server.ignore_range = True
-    again = _agent(tmp_path, server, daemons)
-    run_until(again, lambda: installed(again, 1))
-    assert hashlib.sha256(current_filter_path(again.data_dir).read_bytes()).hexdigest() == manifest.sha256
+    assert hashlib.sha256(again.layout.current_filter.read_bytes()).hexdigest() == manifest.sha256
 
 
 def test_restart_seeds_installed_versions_and_cleans_leftovers(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
-    daemon = _agent_through_v2(tmp_path, store, server, daemons)
+    daemon = _agent_through_v2(tmp_path, store, origin, daemons)
     daemon.shutdown()
     daemons.remove(daemon)
     data = daemon.data_dir
     (data / "staging" / "v9").mkdir()  # an abandoned download without documents
     (data / "staging" / "v9" / "filter.bsf").write_bytes(b"x")
     (data / "versions" / "v7").mkdir()  # an install interrupted before its rename
-    again = _agent(tmp_path, server, daemons)
+    again = _agent(tmp_path, origin, daemons)
     assert again.transfer.versions() == [1, 2]
     assert not (data / "staging" / "v9").exists() and not (data / "versions" / "v7").exists()
     assert again.metrics.is_ready and metric(again, "current_version") == 2
@@ -285,9 +268,9 @@ def test_restart_seeds_installed_versions_and_cleans_leftovers(
 
 
 def test_readiness_and_status_before_anything_is_published(
-    tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     for _ in stepping(daemon, 5):
         pass
     status = daemon.status()
@@ -296,11 +279,11 @@ def test_readiness_and_status_before_anything_is_published(
     assert os.listdir(daemon.data_dir / "versions") == []
 
 
-class _RefusingTransfer(DirectTransfer):
+class _RefusingTransfer(MemoryTransfer):
     """Raises from start_download the first ``failures`` times (as libtorrent may)."""
 
-    def __init__(self, failures: int) -> None:
-        super().__init__(DirectConfig(timeout_s=5.0))
+    def __init__(self, origin: MemoryOrigin, failures: int) -> None:
+        super().__init__(origin)
         self.failures = failures
         self.calls = 0
 
@@ -312,24 +295,20 @@ class _RefusingTransfer(DirectTransfer):
 
 
 def test_a_transfer_that_raises_is_retried_with_backoff(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
 ) -> None:
     publish(store, ["a"])
-    config = agent_config(tmp_path, server.url)
-    transfer = _RefusingTransfer(failures=2)
-    daemon = AgentDaemon(config, HttpAnnouncements(server.url, PUBLIC), transfer, CdnOrigin(server.url),
-                         PUBLIC)
-    daemons.append(daemon)
-    daemon.start()
+    transfer = _RefusingTransfer(origin, failures=2)
+    daemon = _agent(tmp_path, origin, daemons, transfer=transfer)
     run_until(daemon, lambda: installed(daemon, 1))
     assert transfer.calls == 3 and metric(daemon, "transfer_errors_total") == 2
     assert "libtorrent refused" in (daemon.status()["last_error"] or "")
 
 
 def test_nothing_published_is_logged_once(
-    tmp_path: Path, server: StoreServer, daemons: list[AgentDaemon], caplog: pytest.LogCaptureFixture
+    tmp_path: Path, origin: MemoryOrigin, daemons: list[AgentDaemon], caplog: pytest.LogCaptureFixture
 ) -> None:
-    daemon = _agent(tmp_path, server, daemons)
+    daemon = _agent(tmp_path, origin, daemons)
     with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
         for _ in stepping(daemon, 20):
             pass

@@ -8,32 +8,30 @@ from pathlib import Path
 
 import pytest
 
-from bloomswarm.agent.announcements import HttpAnnouncements
 from bloomswarm.agent.config import WatchConfig
 from bloomswarm.agent.daemon import AgentDaemon
-from bloomswarm.agent.direct import DirectTransfer
 from bloomswarm.agent.freshness import PointerFreshness
-from bloomswarm.agent.metrics import AgentMetrics
-from bloomswarm.agent.origin import CdnOrigin
+from bloomswarm.agent.memory_transfer import MemoryOrigin
 from bloomswarm.agent_commands import format_status
 from bloomswarm.common.errors import ConfigError
-from bloomswarm.common.manifest import Pointer
+from bloomswarm.common.pointer import Pointer
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.latest import Target, swap_latest
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import (
     KEY,
-    PUBLIC,
-    StoreServer,
     agent_config,
     installed,
+    make_daemon,
     metric,
     publish,
     run_until,
     served_filter_bytes,
 )
 
-store, server, daemons = agent_helpers.store, agent_helpers.server, agent_helpers.daemons
+store, origin, daemons = agent_helpers.store, agent_helpers.origin, agent_helpers.daemons
+offline = agent_helpers.offline
+pytestmark = pytest.mark.usefixtures("offline")  # no sockets, no sleeps
 
 T0 = 1_800_000_000.0
 
@@ -114,16 +112,11 @@ def test_the_setting_refuses_negative_values() -> None:
 # --- through the agent ------------------------------------------------------------------------
 
 
-def _daemon(tmp_path: Path, server: StoreServer, clock: Clock, max_age_s: float) -> AgentDaemon:
-    config = agent_config(tmp_path, server.url)
-    config = type(config)(**{**config.__dict__, "watch": WatchConfig(
+def _daemon(tmp_path: Path, origin: MemoryOrigin, clock: Clock, max_age_s: float) -> AgentDaemon:
+    config = agent_config(tmp_path, watch=WatchConfig(
         poll_interval_s=0.02, poll_jitter_s=0.0, retry_initial_s=0.02, retry_max_s=0.1,
-        max_pointer_age_s=max_age_s)})
-    source = HttpAnnouncements(server.url, PUBLIC, timeout_s=5.0)
-    daemon = AgentDaemon(config, source, DirectTransfer(config.direct), CdnOrigin(server.url), PUBLIC,
-                         metrics=AgentMetrics(), wall_clock=clock)
-    daemon.start()
-    return daemon
+        max_pointer_age_s=max_age_s))
+    return make_daemon(config, origin, wall_clock=clock)
 
 
 def _refresh(store: MemoryObjectStore, now: float) -> Pointer:
@@ -139,14 +132,14 @@ def _events(caplog: pytest.LogCaptureFixture, event: str) -> list[logging.LogRec
 
 
 def test_a_frozen_origin_is_reported_stale_once_and_the_agent_keeps_serving(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon],
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="bloomswarm.agent")
     publish(store, ["a", "b"])
     issued = agent_helpers.point_latest(store, 1).issued_at  # a pointer issued now (real clock)
     clock = Clock(issued + 10)
-    daemon = _daemon(tmp_path, server, clock, max_age_s=3600)
+    daemon = _daemon(tmp_path, origin, clock, max_age_s=3600)
     daemons.append(daemon)
     assert daemon.status()["pointer"] is None
     run_until(daemon, lambda: installed(daemon, 1))
@@ -169,7 +162,7 @@ def test_a_frozen_origin_is_reported_stale_once_and_the_agent_keeps_serving(
     assert "STALE" in format_status("http://x", status)
 
     # the publisher re-signs the same version: fresh again, without a download or a swap
-    served, swaps = served_filter_bytes(server), metric(daemon, "swaps_total")
+    served, swaps = served_filter_bytes(origin), metric(daemon, "swaps_total")
     refreshed = _refresh(store, clock.now)
     run_until(daemon, lambda: metric(daemon, "pointer_stale") == 0)
     for _ in range(20):
@@ -177,19 +170,19 @@ def test_a_frozen_origin_is_reported_stale_once_and_the_agent_keeps_serving(
     assert len(_events(caplog, "pointer_fresh")) == 1 and len(_events(caplog, "pointer_stale")) == 1
     assert daemon.status()["pointer"]["sequence"] == refreshed.sequence == 3
     assert daemon.status()["last_sequence"] == 3
-    assert served_filter_bytes(server) == served and metric(daemon, "swaps_total") == swaps
+    assert served_filter_bytes(origin) == served and metric(daemon, "swaps_total") == swaps
     assert installed(daemon, 1) and daemon.target_version is None
     assert "fresh (limit 1h00m)" in format_status("http://x", daemon.status())
 
 
 def test_off_by_default_through_the_agent(
-    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon],
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="bloomswarm.agent")
     publish(store, ["a"])
     clock = Clock(T0 + 10**7)  # far beyond any pointer's issued_at
-    daemon = _daemon(tmp_path, server, clock, max_age_s=0)
+    daemon = _daemon(tmp_path, origin, clock, max_age_s=0)
     daemons.append(daemon)
     run_until(daemon, lambda: installed(daemon, 1))
     daemon.step()

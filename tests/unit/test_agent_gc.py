@@ -7,15 +7,18 @@ from pathlib import Path
 import pytest
 
 from bloomswarm.agent.gc import collect_garbage, installed_versions, versions_to_keep
-from bloomswarm.agent.install import activate, install_version, prepare_data_dir, staging_dir
+from bloomswarm.agent.install import InstalledDocuments, activate, install_version, prepare_data_dir
+from bloomswarm.common.datadir import DataDir
+
+_DOCUMENTS = InstalledDocuments(manifest=b"{}", manifest_signature=b"sig", torrent=b"t")
 
 
 def _install(data_dir: Path, *versions: int) -> None:
     for version in versions:
-        staging = staging_dir(data_dir, version)
+        staging = DataDir(data_dir).staging_dir(version)
         staging.mkdir(parents=True, exist_ok=True)
         (staging / "filter.bsf").write_bytes(f"v{version}".encode())
-        install_version(data_dir, version, staging / "filter.bsf", {})
+        install_version(data_dir, version, staging / "filter.bsf", _DOCUMENTS)
         staging.rmdir()
 
 
@@ -60,8 +63,8 @@ def test_versions_to_keep(installed: list[int], current: int | None, keep: int, 
 
 def test_cleans_staging_but_the_active_download(data_dir: Path) -> None:
     for version in (7, 8):
-        staging_dir(data_dir, version).mkdir()
-        (staging_dir(data_dir, version) / "filter.bsf").write_bytes(b"partial")
+        DataDir(data_dir).staging_dir(version).mkdir()
+        (DataDir(data_dir).staging_dir(version) / "filter.bsf").write_bytes(b"partial")
     (data_dir / "staging" / "stray-file").write_bytes(b"x")
     (data_dir / "versions" / "v3").mkdir()  # an interrupted install: no filter.bsf
     collected = collect_garbage(data_dir, 2, lambda _v: None, downloading=8)

@@ -14,8 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from bloomswarm.agent.install import install_version, prepare_data_dir, staging_dir, write_last_sequence
-from bloomswarm.common.datadir import STAGING, VERSIONS
+from bloomswarm.agent.install import (
+    InstalledDocuments,
+    install_version,
+    prepare_data_dir,
+    write_last_sequence,
+)
+from bloomswarm.common.datadir import DataDir
 
 
 @pytest.fixture
@@ -35,16 +40,16 @@ def test_data_directories_are_never_writable_by_others(tmp_path: Path, open_umas
     data_dir = tmp_path / "data"
     prepare_data_dir(data_dir)
     assert _mode(data_dir) == 0o755
-    assert _mode(data_dir / VERSIONS) == 0o755
-    assert _mode(data_dir / STAGING) == 0o700
+    assert _mode(DataDir(data_dir).versions) == 0o755
+    assert _mode(DataDir(data_dir).staging) == 0o700
 
 
 def test_installed_files_are_read_only_and_state_is_owner_writable(tmp_path: Path, open_umask: None) -> None:
     prepare_data_dir(tmp_path)
-    staged = staging_dir(tmp_path, 1)
+    staged = DataDir(tmp_path).staging_dir(1)
     staged.mkdir()
     (staged / "filter.bsf").write_bytes(b"filter bytes")
-    installed = install_version(tmp_path, 1, staged / "filter.bsf", {"manifest.json": b"{}"})
+    installed = install_version(tmp_path, 1, staged / "filter.bsf", InstalledDocuments(b"{}", b"sig", b"t"))
     assert _mode(installed) == 0o444
     assert _mode(installed.parent / "manifest.json") == 0o444
     write_last_sequence(tmp_path, 7)

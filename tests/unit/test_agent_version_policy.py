@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bloomswarm.agent.version_policy import Action, decide, next_sequence
-from bloomswarm.common.manifest import Pointer, manifest_key
+from bloomswarm.common.bucket_layout import manifest_key
+from bloomswarm.common.pointer import Pointer
 
 
 def _pointer(version: int, sequence: int, *, pinned: bool = False) -> Pointer:

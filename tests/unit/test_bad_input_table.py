@@ -151,6 +151,12 @@ class Fixtures:
             "toml_agent_two_origins": agent + b'[s3]\nbucket = "filters"\n[origin]\n'
                                               b'cdn_base_url = "https://cdn.example.com"\n',
             "toml_agent_swarm_unknown": agent + b'[s3]\nbucket = "filters"\n[swarm]\nturbo = true\n',
+            "toml_agent_swarm_nan": agent + b'[s3]\nbucket = "filters"\n[swarm]\norigin_grace_s = nan\n',
+            "toml_agent_swarm_inf": agent + b'[s3]\nbucket = "filters"\n[swarm]\norigin_starved_s = inf\n',
+            "toml_agent_swarm_bool_text": agent + b'[s3]\nbucket = "filters"\n[swarm]\nenable_dht = "yes"\n',
+            "toml_agent_watch_inf": agent + b'[s3]\nbucket = "filters"\n[watch]\nretry_max_s = -inf\n',
+            "toml_publisher_nan": b'orphan_grace_s = nan\n[s3]\nbucket = "filters"\n',
+            "toml_publisher_bool_text": b'[s3]\nbucket = "filters"\nchecksum_sha256 = "yes"\n',
             "toml_agent_bad_pub": b'data_dir = "/tmp/x"\npublic_keys = ["' + self.values["keys"].encode()
                                   + b'"]\n[s3]\nbucket = "filters"\n',
         }

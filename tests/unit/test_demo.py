@@ -20,7 +20,7 @@ from rich.console import Console
 
 from bloomswarm import demo, demo_data
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.reader import Filter
 from bloomswarm.demo_client import ClientReport, LookupClient
 from bloomswarm.demo_data import KeyPlan, build_version
@@ -87,10 +87,10 @@ def test_build_version_holds_exactly_its_keys_and_reports_progress(tmp_path: Pat
 
 
 def _install(directory: Path, version: int, builder: FilterBuilder) -> None:
-    target = version_dir(directory, version)
+    target = DataDir(directory).version_dir(version)
     target.mkdir(parents=True, exist_ok=True)
-    builder.write(target / FILTER_FILE, version=version)
-    flip_current(directory, version)
+    builder.write(DataDir(directory).filter_file(version), version=version)
+    DataDir(directory).flip_current(version)
 
 
 def _wait_report(client: LookupClient, done: Any, limit_s: float = 60.0) -> ClientReport:

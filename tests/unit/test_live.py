@@ -1,7 +1,7 @@
 """LiveFilter over an agent data directory: hot swaps, refusals, callbacks, watching, release.
 
 The data directory has the agent's layout (common/datadir.py): ``versions/vN/filter.bsf``
-and a ``current`` symlink flipped atomically by ``flip_current``.
+and a ``current`` symlink flipped atomically by ``DataDir.flip_current``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy.typing as npt
 import pytest
 
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.datadir import FILTER_FILE, flip_current, version_dir
+from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import NotReadyError
 from bloomswarm.common.fastpath import EXTENSION
 from bloomswarm.common.header import HEADER_SIZE
@@ -45,11 +45,11 @@ def install(data_dir: Path, version: int, keys: Sequence[str], *, flip: bool = F
     """Write ``keys`` as version ``version`` of ``data_dir``; optionally point ``current`` at it."""
     builder = FilterBuilder.for_capacity(max(len(keys), 1), 0.01, engine="python")
     builder.add_many(keys)
-    path = version_dir(data_dir, version) / FILTER_FILE
+    path = DataDir(data_dir).filter_file(version)
     path.parent.mkdir(parents=True, exist_ok=True)
     builder.write(path, version=version)
     if flip:
-        flip_current(data_dir, version)
+        DataDir(data_dir).flip_current(version)
     return path
 
 
@@ -81,7 +81,7 @@ def two_versions(data_dir: Path) -> tuple[Path, Path]:
     """v1 = COMMON + A_ONLY, v2 = COMMON + B_ONLY; ``current`` -> v1."""
     a = install(data_dir, 1, COMMON + A_ONLY)
     b = install(data_dir, 2, COMMON + B_ONLY, flip=False)
-    flip_current(data_dir, 1)
+    DataDir(data_dir).flip_current(1)
     return a, b
 
 
@@ -128,7 +128,7 @@ def test_hot_swap_under_concurrent_lookups(
         try:
             for flip in range(50):
                 version = 2 if flip % 2 == 0 else 1
-                flip_current(data_dir, version)
+                DataDir(data_dir).flip_current(version)
                 live.refresh()  # the watchdog may have swapped already; either way:
                 assert live.version == version
                 time.sleep(0.01)
@@ -187,7 +187,7 @@ def test_hot_swap_seen_from_another_process(
         tag, pid, first_version = results.get(timeout=60)
         assert (tag, pid, first_version) == ("ready", child.pid, 1)
         for flip in range(50):
-            flip_current(data_dir, 2 if flip % 2 == 0 else 1)
+            DataDir(data_dir).flip_current(2 if flip % 2 == 0 else 1)
             time.sleep(0.05)
         stop.set()
         tag, report = results.get(timeout=60)
@@ -254,7 +254,7 @@ def test_bad_new_file_is_refused_and_old_keeps_serving(
     damage(bad)
     with LiveFilter(data_dir, verify=verify, **QUIET) as live:  # type: ignore[arg-type]
         assert live.version == 1
-        flip_current(data_dir, 2)
+        DataDir(data_dir).flip_current(2)
         with caplog.at_level(logging.ERROR, logger="bloomswarm.live"):
             assert live.refresh() is False
         assert live.version == 1
@@ -313,7 +313,7 @@ def test_on_swap_receives_old_and_new(data_dir: Path, caplog: pytest.LogCaptureF
         assert live.refresh() is True
         install(data_dir, 3, COMMON, flip=True)
         assert live.refresh() is True
-        flip_current(data_dir, 1)
+        DataDir(data_dir).flip_current(1)
         assert live.refresh() is True
         assert calls == [(None, 1), (1, 2), (2, 3), (3, 1)]
         assert live.version == 1
@@ -374,9 +374,9 @@ def test_watchdog_alone_notices_a_flip(data_dir: Path) -> None:
     install(data_dir, 2, COMMON)
     with LiveFilter(data_dir, watch=True, poll_interval=3600) as live:
         assert live.version == 1
-        flip_current(data_dir, 2)
+        DataDir(data_dir).flip_current(2)
         assert wait_until(lambda: live.version == 2, timeout=10), "watchdog did not notice the flip"
-        flip_current(data_dir, 1)
+        DataDir(data_dir).flip_current(1)
         assert wait_until(lambda: live.version == 1, timeout=10)
 
 
@@ -385,9 +385,9 @@ def test_stat_polling_alone_notices_a_flip(data_dir: Path) -> None:
     install(data_dir, 2, COMMON)
     with LiveFilter(data_dir, watch=False, poll_interval=0.05) as live:
         assert live.version == 1
-        flip_current(data_dir, 2)
+        DataDir(data_dir).flip_current(2)
         assert wait_until(lambda: live.version == 2, timeout=10), "polling did not notice the flip"
-        flip_current(data_dir, 1)
+        DataDir(data_dir).flip_current(1)
         assert wait_until(lambda: live.version == 1, timeout=10)
 
 
@@ -397,7 +397,7 @@ def test_close_stops_following(data_dir: Path) -> None:
     live = LiveFilter(data_dir, watch=True, poll_interval=0.02)
     live.close()
     live.close()  # idempotent
-    flip_current(data_dir, 2)
+    DataDir(data_dir).flip_current(2)
     time.sleep(0.3)
     assert live.version == 1
     assert COMMON[0] in live  # the current filter stays usable after close
@@ -432,7 +432,7 @@ def test_old_mapping_released_after_swap(
     with LiveFilter(data_dir, engine=engine, **QUIET) as live:  # type: ignore[arg-type]
         assert live.contains_many(COMMON[:50]).all()
         assert v1 in mapped_paths()
-        flip_current(data_dir, 2)
+        DataDir(data_dir).flip_current(2)
         assert live.refresh() is True
         assert live.contains_many(COMMON[:50]).all()
         gc.collect()
@@ -448,7 +448,7 @@ def test_old_mapping_kept_while_a_snapshot_is_held(
     install(data_dir, 2, COMMON + B_ONLY)
     with LiveFilter(data_dir, **QUIET) as live:  # type: ignore[arg-type]
         snapshot: Filter | None = live.filter
-        flip_current(data_dir, 2)
+        DataDir(data_dir).flip_current(2)
         assert live.refresh() is True
         gc.collect()
         assert v1 in mapped_paths()
@@ -463,10 +463,10 @@ def test_contains_many_accepts_numpy_arrays(data_dir: Path) -> None:
     builder = FilterBuilder.for_capacity(1000, 0.001, engine="python")
     ints = np.arange(1000, dtype=np.uint64) * 7919
     builder.add_many(ints)
-    path = version_dir(data_dir, 1) / FILTER_FILE
+    path = DataDir(data_dir).filter_file(1)
     path.parent.mkdir(parents=True)
     builder.write(path, version=1)
-    flip_current(data_dir, 1)
+    DataDir(data_dir).flip_current(1)
     with LiveFilter(data_dir, **QUIET) as live:  # type: ignore[arg-type]
         assert live.contains_many(ints).all()
         assert int(ints[3]) in live

@@ -12,31 +12,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bloomswarm.common.errors import FormatError, VerificationError
-from bloomswarm.common.header import FilterHeader
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
-    FilterSummary,
-    Manifest,
-    Pointer,
     attempt_prefix,
     attempt_started_at,
-    canonical_json,
-    encode_signature,
     filter_key,
     manifest_key,
     new_attempt_id,
-    open_pointer,
     parse_version_prefix,
-    read_pointer_unverified,
-    seal_pointer,
-    sign_manifest,
     signature_key,
     torrent_key,
-    verify_manifest,
     version_prefix,
 )
+from bloomswarm.common.canonical_json import canonical_json
+from bloomswarm.common.errors import FormatError, VerificationError
+from bloomswarm.common.filter_summary import FilterSummary
+from bloomswarm.common.header import FilterHeader
+from bloomswarm.common.manifest import Manifest, sign_manifest, verify_manifest
 from bloomswarm.common.params import FilterParams, Layout
+from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified, seal_pointer
+from bloomswarm.common.signature_text import encode_signature
 from bloomswarm.common.signing import (
     SigningKey,
     VerifyKey,
@@ -384,6 +379,51 @@ def test_one_field_replaced_by_junk_only_raises_format_error(field: str, value: 
     except FormatError:
         return
     assert manifest.to_dict()[field] == value
+
+
+def _outcome(make: Any) -> str | None:
+    """The FormatError message ``make()`` raises, or None when it succeeds."""
+    try:
+        make()
+    except FormatError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from(sorted(set(json.loads(make_manifest().to_bytes())) - {"filter"})),
+    json_values,
+)
+def test_a_field_is_validated_once_parsed_or_constructed(field: str, value: Any) -> None:
+    """Parsing and construction take one path per field: the same verdict, the same message."""
+    if field == "info_hash_v2" and value is None:
+        return  # None constructs a v1 manifest; a JSON null is refused (tested above)
+    obj = json.loads(make_manifest().to_bytes())
+    obj[field] = value
+    parsed = _outcome(lambda: Manifest.from_bytes(json.dumps(obj).encode()))
+    built = _outcome(lambda: make_manifest(**{field: value}))
+    assert parsed == built
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(FILTER.to_dict())), json_values)
+def test_a_filter_field_is_validated_once_parsed_or_constructed(field: str, value: Any) -> None:
+    obj = FILTER.to_dict()
+    obj[field] = value
+    parsed = _outcome(lambda: FilterSummary.from_dict(json.loads(json.dumps(obj))))
+    built = _outcome(lambda: dataclasses.replace(FILTER, **{field: value}))
+    assert parsed == built
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(make_pointer().to_dict())), json_values)
+def test_a_pointer_field_is_validated_once_parsed_or_constructed(field: str, value: Any) -> None:
+    obj = make_pointer().to_dict()
+    obj[field] = value
+    parsed = _outcome(lambda: Pointer.from_bytes(json.dumps(obj).encode()))
+    built = _outcome(lambda: make_pointer(**{field: value}))
+    assert parsed == built
 
 
 @settings(max_examples=300, deadline=None)

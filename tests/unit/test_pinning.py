@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bloomswarm.common.bucket_layout import signature_key
 from bloomswarm.common.errors import ConfigError, VerificationError
-from bloomswarm.common.manifest import signature_key
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.pinning import pin, unpin
 from bloomswarm.publisher.publish import publish_filter

@@ -21,3 +21,22 @@ def test_top_level_reexports() -> None:
 def test_errors_derive_from_one_base() -> None:
     errors = [getattr(common, n) for n in common.__all__ if n.endswith(("Error", "NotFound", "Failed"))]
     assert errors and all(issubclass(e, common.BloomswarmError) for e in errors)
+
+
+def test_lazy_names_are_the_defining_modules_classes() -> None:
+    """Filter, FilterBuilder and LiveFilter load on first use (no numpy for ``--help``)."""
+    from bloomswarm.common.builder import FilterBuilder
+    from bloomswarm.common.live import LiveFilter
+    from bloomswarm.common.reader import Filter
+
+    for package in (bloomswarm, common):
+        assert package.Filter is Filter
+        assert package.FilterBuilder is FilterBuilder
+        assert package.LiveFilter is LiveFilter
+    for name in bloomswarm.__all__:
+        assert getattr(bloomswarm, name) is not None
+
+
+def test_unknown_names_still_raise_attribute_error() -> None:
+    for package in (bloomswarm, common):
+        assert not hasattr(package, "NoSuchName")

@@ -8,17 +8,15 @@ from typing import Any
 
 import pytest
 
-from bloomswarm.common.errors import StorageError
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
-    Pointer,
     filter_key,
     manifest_key,
     new_attempt_id,
-    read_pointer_unverified,
-    seal_pointer,
     signature_key,
 )
+from bloomswarm.common.errors import StorageError
+from bloomswarm.common.pointer import Pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.publish import MAX_CLAIM_ATTEMPTS, forward_to, publish_filter
 from bloomswarm.publisher.versions import scan_versions

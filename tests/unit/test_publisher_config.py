@@ -91,6 +91,13 @@ def test_every_setting_has_a_regular_environment_name() -> None:
         ('[s3]\nbucket = "Not_A_Bucket"\n', "invalid S3 bucket name"),
         ('[s3]\nbucket = "bkt"\n[s3.extra]\n', "s3.extra"),
         ("keep_versions = 3\n", "no bucket configured"),
+        ('orphan_grace_s = inf\n[s3]\nbucket = "bkt"\n', "orphan_grace_s must be a finite number, got inf"),
+        ('[s3]\nbucket = "bkt"\n[build]\nfpp = nan\n', "build.fpp must be a finite number, got nan"),
+        ('[s3]\nbucket = "bkt"\n[tracker]\ninterval_s = -inf\n',
+         "tracker.interval_s must be a finite number, got -inf"),
+        ('[s3]\nbucket = "bkt"\nconnect_timeout_s = nan\n', "s3.connect_timeout_s must be a finite number"),
+        ('[s3]\nbucket = "bkt"\nchecksum_sha256 = "yes"\n',
+         "s3.checksum_sha256 must be true or false, got 'yes'"),
         ("this is not toml", "not valid TOML"),
     ],
 )
@@ -105,6 +112,23 @@ def test_bad_environment_value_names_the_variable() -> None:
         load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_S3_MAX_ATTEMPTS": "many"})
     with pytest.raises(ConfigError, match="must be true or false"):
         load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_S3_CHECKSUM_SHA256": "maybe"})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("true", True), ("FALSE", False), ("yes", True), ("0", False)]
+)
+def test_a_bool_from_the_environment_is_a_word(text: str, expected: bool) -> None:
+    config = load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_S3_CHECKSUM_SHA256": text})
+    assert config.s3.checksum_sha256 is expected
+
+
+def test_non_finite_environment_and_flag_values_are_refused() -> None:
+    message = re.escape("BLOOMSWARM_BUILD_FPP: build.fpp must be a finite number, got nan")
+    with pytest.raises(ConfigError, match=message):
+        load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc", "BLOOMSWARM_BUILD_FPP": "nan"})
+    message = re.escape("command line: watch_debounce_s must be a finite number, got inf")
+    with pytest.raises(ConfigError, match=message):
+        load_config(environ={"BLOOMSWARM_S3_BUCKET": "abc"}, overrides={"watch_debounce_s": float("inf")})
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.errors import ConfigError, VerificationError
-from bloomswarm.common.manifest import LATEST_KEY, open_pointer
+from bloomswarm.common.pointer import open_pointer
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.refresh import refresh_latest
 from bloomswarm.publisher.versions import read_latest

@@ -5,15 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bloomswarm.common.manifest import (
+from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
-    Pointer,
     filter_key,
     manifest_key,
     new_attempt_id,
-    seal_pointer,
     signature_key,
 )
+from bloomswarm.common.pointer import Pointer, seal_pointer
 from bloomswarm.common.storage import MemoryObjectStore, PendingUpload
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.retention import apply_retention, plan_retention

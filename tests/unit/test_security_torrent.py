@@ -46,7 +46,7 @@ def test_the_agent_drops_web_seeds_written_into_a_torrent(tmp_path: Path) -> Non
     swarm = Swarm(SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False))
     try:
         swarm.start_download(1, tampered, tmp_path / "download", None)
-        assert swarm._torrents[1].handle.url_seeds() == []
+        assert swarm.web_seeds(1) == []
     finally:
         swarm.close()
 
@@ -63,8 +63,9 @@ def _announced(torrent_trackers: bool, tmp_path: Path) -> list[str]:
     swarm = Swarm(config)
     try:
         swarm.start_download(1, torrent, tmp_path / "download", None)
-        handle = swarm._torrents[1].handle
-        return sorted(str(entry["url"]) for entry in handle.trackers())
+        trackers = swarm.trackers(1)
+        assert trackers is not None
+        return trackers
     finally:
         swarm.close()
 

@@ -1,25 +1,31 @@
-"""Origin stripes inside a real libtorrent session (one Swarm, no peers, no network).
+"""Origin stripes inside a real libtorrent session (one Swarm, no peers).
 
-The rules themselves are pure functions (test_origin_stripes.py); these tests check what
-the Swarm does to the torrent: the piece priorities a stripe sets, and that every way the
-origin goes off leaves them at the default again, also across resume data.
+The rules themselves are the pure core's (test_origin_policy*.py, test_origin_stripes.py);
+these tests check what the Swarm does to the torrent: the piece priorities a stripe sets,
+that an origin going off (here: an origin error) leaves them at the default again, and
+that resume data never brings a stripe's zeros back.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.agent.origin_stripes import DEFAULT_PRIORITY, TOP_PRIORITY
-from bloomswarm.agent.swarm import Swarm, SwarmConfig
+from bloomswarm.agent.swarm import Swarm
 from bloomswarm.agent.transfer import OriginURL
 from bloomswarm.publisher.torrent import make_torrent
 
 PIECE = 16 << 10
 PIECES = 32
+SILENT_ORIGIN = "http://127.0.0.2:9/filter.bsf"
+"""A closed port: the web seed is added, and no byte (nor error) ever comes back."""
 
 
 class Clock:
@@ -28,6 +34,28 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class _NotFound(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_error(404)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def failing_origin() -> Iterator[str]:
+    """An origin that answers every request with 404 (libtorrent reports a url_seed_alert)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NotFound)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/filter.bsf"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.fixture
@@ -39,83 +67,76 @@ def torrent(tmp_path: Path) -> bytes:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def swarm(clock: Clock) -> Iterator[Swarm]:
-    # An origin nobody listens on (a closed port of 127.0.0.2): the policy decides, no
-    # byte ever arrives. Runs of 2 pieces, 4 stripes.
+def swarm() -> Iterator[Swarm]:
+    # The policy decides at once (no grace, no stagger); the clock stands still, so an
+    # origin that failed is not retried. Runs of 2 pieces, 4 stripes.
     config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True,
                          origin_grace_s=0.0, origin_stagger_s=0.0, origin_request_bytes=2 * PIECE,
                          origin_stripes=4, origin_retry_s=30.0)
-    swarm = Swarm(config, clock=clock)
+    swarm = Swarm(config, clock=Clock())
     yield swarm
     swarm.close()
 
 
-def _origin() -> OriginURL:
-    return OriginURL("http://127.0.0.2:9/filter.bsf")
+def _factory(url: str) -> Callable[[], OriginURL]:
+    return lambda: OriginURL(url)
 
 
-def _poll_until_on(swarm: Swarm) -> None:
-    """Poll until the download took the origin (once libtorrent finished adding it)."""
-    for _ in range(200):
+def _poll_until(swarm: Swarm, condition: Callable[[], bool], what: str) -> None:
+    for _ in range(500):
         swarm.poll()
-        origin = swarm._torrents[1].origin
-        if origin is not None and origin.added is not None:
+        if condition():
             return
         time.sleep(0.02)
-    raise AssertionError("the download never took the origin")
+    raise AssertionError(f"never: {what}")
 
 
 def _priorities(swarm: Swarm) -> list[int]:
-    return list(swarm._torrents[1].handle.get_piece_priorities())
+    priorities = swarm.piece_priorities(1)
+    assert priorities is not None
+    return priorities
 
 
 def test_taking_the_origin_puts_one_stripe_first_and_other_unheld_pieces_at_zero(
         swarm: Swarm, torrent: bytes, tmp_path: Path) -> None:
-    swarm.start_download(1, torrent, tmp_path / "download", _origin)
-    _poll_until_on(swarm)
-    record = swarm._torrents[1]
-    assert record.origin is not None and record.origin.added is not None
-    stripe = record.origin.stripe
-    assert stripe is not None
-    expected = [TOP_PRIORITY if (i // 2) % 4 == stripe else 0 for i in range(PIECES)]
-    assert _priorities(swarm) == expected
+    swarm.start_download(1, torrent, tmp_path / "download", _factory(SILENT_ORIGIN))
+    _poll_until(swarm, lambda: swarm.origin_in_use(1), "the origin on")
+    assert swarm.web_seeds(1) == [SILENT_ORIGIN]
+    priorities = _priorities(swarm)
+    first = priorities.index(TOP_PRIORITY)
+    stripe = (first // 2) % 4
+    assert priorities == [TOP_PRIORITY if (i // 2) % 4 == stripe else 0 for i in range(PIECES)]
 
 
-def test_every_way_off_restores_the_default_priorities(swarm: Swarm, torrent: bytes, tmp_path: Path) -> None:
-    swarm.start_download(1, torrent, tmp_path / "download", _origin)
-    _poll_until_on(swarm)
-    record = swarm._torrents[1]
-    assert record.origin is not None and record.origin.stripe is not None
-    swarm._origin_off(record, "test")
-    assert record.origin.stripe is None
+def test_the_origin_going_off_restores_the_default_priorities(
+        swarm: Swarm, torrent: bytes, tmp_path: Path, failing_origin: str) -> None:
+    swarm.start_download(1, torrent, tmp_path / "download", _factory(failing_origin))
+    _poll_until(swarm, lambda: swarm.origin_in_use(1), "the origin on")
+    assert TOP_PRIORITY in _priorities(swarm)
+    _poll_until(swarm, lambda: not swarm.origin_in_use(1), "the origin off after its error")
     assert _priorities(swarm) == [DEFAULT_PRIORITY] * PIECES
+    assert swarm.web_seeds(1) == []
 
 
 def test_a_resumed_download_starts_from_the_default_priorities(
         swarm: Swarm, torrent: bytes, tmp_path: Path) -> None:
-    swarm.start_download(1, torrent, tmp_path / "download", _origin)
-    _poll_until_on(swarm)
+    swarm.start_download(1, torrent, tmp_path / "download", _factory(SILENT_ORIGIN))
+    _poll_until(swarm, lambda: swarm.origin_in_use(1), "the origin on")
     assert 0 in _priorities(swarm)  # a stripe is on: resume data would remember the zeros
     resume = swarm.save_resume_data(timeout=10.0)[1]
     swarm.remove(1)
     swarm.start_download(1, torrent, tmp_path / "download", None, resume_data=resume)
     assert _priorities(swarm) == [DEFAULT_PRIORITY] * PIECES
+    assert swarm.web_seeds(1) == []
 
 
-def test_without_stripes_the_priorities_are_never_touched(
-        clock: Clock, torrent: bytes, tmp_path: Path) -> None:
+def test_without_stripes_the_priorities_are_never_touched(torrent: bytes, tmp_path: Path) -> None:
     config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True,
                          origin_grace_s=0.0, origin_stagger_s=0.0, origin_starved_s=0.0, origin_stripes=1)
-    swarm = Swarm(config, clock=clock)
+    swarm = Swarm(config, clock=Clock())
     try:
-        swarm.start_download(1, torrent, tmp_path / "download", _origin)
-        _poll_until_on(swarm)
-        assert swarm._torrents[1].origin is not None and swarm._torrents[1].origin.added is not None
+        swarm.start_download(1, torrent, tmp_path / "download", _factory(SILENT_ORIGIN))
+        _poll_until(swarm, lambda: swarm.origin_in_use(1), "the origin on")
         assert _priorities(swarm) == [DEFAULT_PRIORITY] * PIECES
     finally:
         swarm.close()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from bloomswarm.common.bucket_layout import signature_key
 from bloomswarm.common.errors import ConfigError
-from bloomswarm.common.manifest import signature_key
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter

@@ -1,10 +1,13 @@
-"""Test files, hybrid torrents and a fleet of swarm workers, for the swarm tests and the
-origin-policy benchmark (benchmarks/origin_policy.py).
+"""Test files, hybrid torrents and N bare swarm sessions downloading one of them, for the
+swarm tests and the origin-policy benchmark (benchmarks/origin_policy.py).
 
-:func:`run_fleet` starts N :class:`~tests.functional.swarm_worker.WorkerProcess` agents
-on 127.0.0.1 that download one torrent at the same time — peers through a tracker or the
-DHT, the origin as web seed — waits until all have finished, checks every copy's
-SHA-256, stops them all by PID and returns what the origin and the agents counted.
+Where :class:`~bloomswarm.sandbox.fleet.LocalFleet` runs whole agents (S3, publisher,
+``bloomswarm agent run``), :func:`run_workers` runs only their transfer: it starts N
+:class:`~bloomswarm.sandbox.swarm_worker.WorkerProcess` sessions on 127.0.0.1 that
+download one torrent at the same time — peers through a tracker or the DHT, the
+:class:`~bloomswarm.sandbox.origin.Origin` as web seed — waits until all have finished,
+checks every copy's SHA-256, stops them all by PID and returns what the origin and the
+sessions counted.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any
 
 import libtorrent as lt
 
-from tests.functional.http_origin import CountingOrigin
-from tests.functional.swarm_worker import Report, WorkerProcess
+from bloomswarm.sandbox.origin import Origin
+from bloomswarm.sandbox.swarm_worker import Report, WorkerProcess
 
 MIB = 1024 * 1024
 
@@ -139,8 +142,8 @@ def worker_spec(
 
 
 @dataclass(frozen=True)
-class FleetResult:
-    """What one fleet run measured."""
+class WorkersResult:
+    """What one run of the workers measured."""
 
     agents: int
     file_size: int
@@ -171,17 +174,17 @@ class FleetResult:
                 f"all done in {self.seconds:.1f}s")
 
 
-def run_fleet(
+def run_workers(
     agents: int,
     torrent: TestTorrent,
-    origin: CountingOrigin,
+    origin: Origin,
     swarm: dict[str, Any],
     workdir: Path,
     *,
     dht: bool = False,
     timeout: float = 120.0,
     log_dir: Path | None = None,
-) -> FleetResult:
+) -> WorkersResult:
     """Start ``agents`` download workers at once, wait for all, stop all.
 
     With ``dht``, agent 0 starts first with the DHT and no bootstrap node; the others
@@ -212,11 +215,11 @@ def run_fleet(
         finals = [w.latest or r for w, r in zip(workers, finals, strict=True)]
         correct = tuple(sha256_of(workdir / f"agent-{i}" / torrent.name) == torrent.sha256
                         for i in range(agents))
-        return FleetResult(
+        return WorkersResult(
             agents=agents,
             file_size=torrent.size,
-            origin_bytes=origin.bytes_sent,
-            origin_requests=origin.requests,
+            origin_bytes=origin.filter_bytes,
+            origin_requests=origin.filter_requests,
             reported_origin=tuple(int(r["bytes_from_origin"]) for r in finals),
             reported_peers=tuple(int(r["bytes_from_peers"]) for r in finals),
             hash_failures=tuple(int(r["hash_failures"]) for r in finals),

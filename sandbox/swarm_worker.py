@@ -1,6 +1,7 @@
-"""One agent's libtorrent session in its own process, for the swarm tests and benchmark.
+"""One agent's libtorrent session in its own process, for the swarm tests and the
+origin-policy benchmark.
 
-Run as ``python -m tests.functional.swarm_worker SPEC_JSON``. The process builds a
+Run as ``python -m bloomswarm.sandbox.swarm_worker SPEC_JSON``. The process builds a
 :class:`~bloomswarm.agent.swarm.Swarm` from the spec, starts one version (download, or
 seed an existing file), polls it, and writes one JSON object per line on stdout:
 
@@ -41,7 +42,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 Report = dict[str, Any]
@@ -71,9 +71,10 @@ def _run_evil_seed(spec: Report) -> None:
     """Serve the (tampered) file in ``dir`` while claiming every piece is good."""
     import libtorrent as lt
 
-    from bloomswarm.agent.swarm import SwarmConfig, session_settings
+    from bloomswarm.agent.config import swarm_config
+    from bloomswarm.agent.swarm import session_settings
 
-    config = SwarmConfig.from_mapping(spec.get("swarm", {}))
+    config = swarm_config(spec.get("swarm", {}), where="worker spec")
     session = lt.session(session_settings(config))
     info = lt.torrent_info(Path(spec["torrent"]).read_bytes())
     params = lt.add_torrent_params()
@@ -98,10 +99,11 @@ def _run_evil_seed(spec: Report) -> None:
 
 
 def _run(spec: Report) -> None:
-    from bloomswarm.agent.swarm import Swarm, SwarmConfig
+    from bloomswarm.agent.config import swarm_config
+    from bloomswarm.agent.swarm import Swarm
     from bloomswarm.agent.transfer import OriginURL
 
-    config = SwarmConfig.from_mapping(spec.get("swarm", {}))
+    config = swarm_config(spec.get("swarm", {}), where="worker spec")
     version = int(spec.get("version", 1))
     torrent = Path(spec["torrent"]).read_bytes()
     directory = Path(spec["dir"])
@@ -185,7 +187,7 @@ def _run(spec: Report) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m tests.functional.swarm_worker SPEC_JSON``."""
+    """Entry point: ``python -m bloomswarm.sandbox.swarm_worker SPEC_JSON``."""
     args = sys.argv[1:] if argv is None else argv
     spec = json.loads(args[0])
     logging.basicConfig(
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 class WorkerProcess:
     """A swarm worker child process, seen from the test.
 
-    ``start()`` launches ``python -m tests.functional.swarm_worker`` (a fresh interpreter:
+    ``start()`` launches ``python -m bloomswarm.sandbox.swarm_worker`` (a fresh interpreter:
     nothing is forked from a process that runs libtorrent) and waits for its "ready"
     report. Reports are read by a thread; ``latest`` is the last status report.
     ``stop()`` asks it to stop, then terminates and finally kills it, always by its own
@@ -219,7 +221,7 @@ class WorkerProcess:
                  prefix: Sequence[str] = ()) -> None:
         self.spec = spec
         self.name = name
-        self.cwd = cwd or Path(__file__).resolve().parents[2]
+        self.cwd = cwd
         self.prefix = list(prefix)
         self.port = 0
         self.latest: Report | None = None
@@ -249,7 +251,7 @@ class WorkerProcess:
         self._log = Path(log_name)
         with os.fdopen(fd, "wb") as log:
             self._process = subprocess.Popen(
-                [*self.prefix, sys.executable, "-m", "tests.functional.swarm_worker",
+                [*self.prefix, sys.executable, "-m", "bloomswarm.sandbox.swarm_worker",
                  json.dumps(self.spec)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -363,17 +365,6 @@ class WorkerProcess:
         if self._log is not None:
             with contextlib.suppress(OSError):
                 self._log.unlink()
-
-    def __enter__(self) -> WorkerProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
 
 
 if __name__ == "__main__":

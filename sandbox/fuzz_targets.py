@@ -40,18 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from bloomswarm.agent import config as agent_config
+from bloomswarm.common.canonical_json import canonical_json
 from bloomswarm.common.errors import ConfigError, FormatError, VerificationError
 from bloomswarm.common.header import HEADER_SIZE, FilterHeader
-from bloomswarm.common.manifest import (
-    Manifest,
-    Pointer,
-    canonical_json,
-    decode_signature,
-    open_pointer,
-    read_pointer_unverified,
-    verify_manifest,
-)
+from bloomswarm.common.manifest import Manifest, verify_manifest
+from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified
 from bloomswarm.common.reader import Filter
+from bloomswarm.common.signature_text import decode_signature
 from bloomswarm.common.signing import (
     SigningKey,
     VerifyKey,
@@ -343,8 +338,8 @@ TARGETS: Mapping[str, Target] = {
 
 def seeds() -> dict[str, list[bytes]]:
     """Valid inputs for every target, built with the builder and the real publisher."""
+    from bloomswarm.common.bucket_layout import LATEST_KEY, manifest_key
     from bloomswarm.common.builder import FilterBuilder
-    from bloomswarm.common.manifest import LATEST_KEY
     from bloomswarm.common.params import Layout
     from bloomswarm.common.storage import MemoryObjectStore, S3Config
     from bloomswarm.publisher.config import PublisherConfig
@@ -361,7 +356,7 @@ def seeds() -> dict[str, list[bytes]]:
         stored = store.get(result.manifest.filter_key)
         assert stored is not None
         files.append(stored.data)
-    manifests = [store.get(f"v{v}/manifest.json") for v in (1, 2)]
+    manifests = [store.get(manifest_key(v)) for v in (1, 2)]
     latest = store.get(LATEST_KEY)
     assert latest is not None and all(m is not None for m in manifests)
     manifest_bytes = [m.data for m in manifests if m is not None]

@@ -1,0 +1,487 @@
+"""The origin policy of one download, as a pure core: observations in, decisions out.
+
+:class:`OriginPolicy` holds everything one download knows about the origin (its turn,
+the URL, the stripe, the piece priorities it set, when peers last delivered) and decides,
+at every tick, from an :class:`Observation` (the time, the pieces held by us and by the
+peers in sight, the bytes from peers so far, whether the download finished or failed),
+what the transfer should do: a :class:`Decision` (add, remove or replace the web seed,
+piece priorities to set, re-announce). It imports no libtorrent and reads no clock; its
+random draws come from the ``rng`` it is given. ``agent/swarm.py`` is the shell that reads
+libtorrent, feeds the core and applies its decisions; a fleet simulator can drive the
+same core. docs/origin-policy.md has the measurements.
+
+The rules ("fallback", the default)
+-----------------------------------
+The goal is that the origin sends about one copy of a version to the whole fleet, not one
+per agent. The rules work like Ethernet's carrier sense with collision back-off: wait your
+turn, take the origin only when nobody feeds you, and step back at once when someone else
+does.
+
+1. *Wait your turn* (:meth:`OriginPolicy.turn_at`). Each download draws a rank ``u`` in
+   [0, 1) and may not use the origin before ``origin_grace_s + u * origin_stagger_s *
+   (peers + 1)`` seconds after it started (``peers``: connected peers, now; the product is
+   capped at ``origin_max_delay_s``). The grace lets the agent find peers, one of which
+   may already have the version. The staggered part spreads the fleet's turns about
+   ``origin_stagger_s`` apart *whatever the fleet size*.
+2. *Starved → on* (:func:`want_origin`). Once its turn has come, the download adds the
+   web seed only when it is starved: no payload byte from a peer for
+   ``origin_starved_s`` seconds *and* no connected peer holds a piece it still needs — or
+   nothing from peers for ``STALL_FACTOR`` times that, whatever they hold.
+3. *Collision → back off.* While the web seed is on, a connected peer that holds a piece
+   we lack got it elsewhere: the web seed is removed and a new rank is drawn (a new turn,
+   counted from now, without grace). A peer that holds needed pieces but delivers nothing
+   for ``STALL_FACTOR * origin_starved_s`` does not count.
+4. *Stripes* (``origin_stripes`` > 1; the math is in :mod:`.origin_stripes`). Rules 2 and
+   3 work per stripe: off, a download whose turn has come takes a stripe nobody in sight
+   holds a piece of (else one that stopped growing for ``STALL_FACTOR *
+   origin_starved_s``: its fetcher left it) and gives its pieces top priority, other
+   pieces nobody holds priority 0. With no stripe to take it waits until peers delivered
+   nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
+   On a stripe that a peer further ahead also fetches, it moves to another free stripe or
+   leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
+5. The web seed is removed when the download finishes or fails; whenever it goes off,
+   every piece is back at the default priority.
+
+``origin_policy = "always"`` adds the web seed at once and keeps it.
+
+The URL: fetched from the factory (:class:`OriginLink`) only when the web seed is about
+to be added, or when the one in use is about to expire (``origin_url_refresh_s`` before
+expiry, or at half its lifetime, whichever comes first); after a failure (the factory
+failed, or the origin answered with an error) not before ``origin_retry_s``. While no
+connected peer holds a piece the download needs, it re-announces, 1 s after the start at
+first, the gap doubling up to ``peer_rediscovery_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
+
+from bitarray import bitarray
+
+from . import origin_stripes
+from .config import SwarmConfig
+from .origin_stripes import DEFAULT_PRIORITY, Bitfields, Pieces, Stripes, StripeWatch
+from .transfer import OriginURL
+
+STALL_FACTOR = 3
+"""Peers that hold needed pieces but deliver nothing for this many ``origin_starved_s``
+(they choke us, or are saturated) no longer keep the origin off."""
+
+
+def stall_s(starved_s: float) -> float:
+    """Seconds without progress after which peers, or a stripe's fetcher, count as
+    stalled: ``STALL_FACTOR * starved_s`` (the one place that says so)."""
+    return STALL_FACTOR * starved_s
+
+_T = TypeVar("_T")
+
+
+class Draws(Protocol):
+    """The random draws the policy makes (``random.Random`` is one)."""
+
+    def random(self) -> float:
+        """Uniform in [0, 1)."""
+        ...
+
+    def choice(self, seq: Sequence[_T]) -> _T:
+        """One element of a non-empty ``seq``, uniformly."""
+        ...
+
+
+class OriginLink(Protocol):
+    """What the core asks the shell about the origin's URL, only when it is about to add
+    the web seed or to replace an expiring URL (so the URL factory and the resolution of
+    the origin's address run exactly then)."""
+
+    def fetch(self) -> OriginURL | None:
+        """A fresh URL from the factory, or None when none could be made (the shell logs
+        why; the core then waits ``origin_retry_s``)."""
+        ...
+
+    def ready(self, url: str, now: float) -> bool:
+        """Whether a web seed on ``url`` may be added now (the origin's addresses are in
+        its peer class)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one download looks like at one tick."""
+
+    now: float
+    """Monotonic seconds."""
+    wall: float
+    """Wall-clock seconds (``time.time()``): URL expiry is told in wall-clock time."""
+    peer_bytes: int
+    """Payload bytes received from peers so far."""
+    have: Pieces
+    """The pieces we hold."""
+    peers: Bitfields
+    """Connected peers (web seeds excluded) as ``(is_seed, pieces)``."""
+    finished: bool = False
+    """Every piece is on disk and checked."""
+    failed: bool = False
+    """The download failed (a torrent or file error)."""
+    checking: bool = False
+    """Pieces on disk are being checked: no decision but "finished"/"failed"."""
+
+
+@dataclass(frozen=True)
+class Attach:
+    """Add the web seed on ``url``."""
+
+    url: str
+
+
+@dataclass(frozen=True)
+class Detach:
+    """Remove the web seed on ``url``. ``reason`` is for the "origin off" log line; None
+    after an origin error (logged where it was seen)."""
+
+    url: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Swap the web seed's expiring URL ``old`` for ``new``."""
+
+    old: str
+    new: str
+
+
+WebSeedChange = Attach | Detach | Replace
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do at one tick, applied in field order."""
+
+    reannounce: bool = False
+    """Re-announce to the trackers and the DHT (no connected peer holds a needed piece)."""
+    priorities: tuple[int, ...] | None = None
+    """Piece priorities to set (None: leave them as they are)."""
+    stripe: int | None = None
+    """A stripe just taken (for the log)."""
+    web_seed: WebSeedChange | None = None
+
+
+NOTHING = Decision()
+
+
+def want_origin(*, origin_on: bool, idle_s: float, starved_s: float, peers_hold_needed: bool) -> bool:
+    """The "fallback" policy's decision for one download whose turn has come.
+
+    ``idle_s``: seconds since payload last came from a peer; ``peers_hold_needed``: a
+    connected peer holds a piece the download still needs.
+
+    - Off → on when starved: nothing from peers for ``starved_s`` and no peer holds a
+      needed piece — or nothing from peers for ``STALL_FACTOR * starved_s`` at all.
+    - On → stays on while no peer holds a needed piece (the origin is the only source),
+      or while peers deliver nothing for ``STALL_FACTOR * starved_s``; otherwise off
+      (the caller then draws a new turn: the back-off).
+    """
+    stalled = idle_s >= stall_s(starved_s)
+    if origin_on:
+        return not peers_hold_needed or stalled
+    return (idle_s >= starved_s and not peers_hold_needed) or stalled
+
+
+def peers_hold_needed(have: Pieces, peers: Bitfields) -> bool:
+    """Whether a piece missing from ``have`` is held by one of ``peers``, given as
+    ``(is_seed, pieces)`` per connected peer (web seeds excluded)."""
+    if isinstance(have, bitarray) and all(isinstance(bits, bitarray) for _, bits in peers):
+        return _bitarrays_hold_needed(have, peers)
+    missing = [i for i, got in enumerate(have) if not got]
+    if not missing:
+        return False
+    return any(seed or any(i < len(bits) and bits[i] for i in missing) for seed, bits in peers)
+
+
+def _bitarrays_hold_needed(have: bitarray, peers: Bitfields) -> bool:
+    """:func:`peers_hold_needed` for bitarrays (a simulator's): the same answer, in C."""
+    needed = ~have
+    if not needed.any():
+        return False
+    for seed, bits in peers:
+        if seed:
+            return True
+        assert isinstance(bits, bitarray)  # the caller checked
+        common = min(len(bits), len(needed))
+        if (bits[:common] & needed[:common]).any():
+            return True
+    return False
+
+
+class OriginPolicy:
+    """The origin decisions of one download, and all the state they need.
+
+    ``origin``: the download has an origin (a URL factory); without one only the peer
+    rules apply (re-announce). ``now``: the monotonic instant the download started, from
+    which its first turn and its peer idleness count. ``peer_bytes``: bytes from peers
+    already counted (an earlier handle of the same version). The rank is drawn from
+    ``rng`` here (and at each back-off); the stripe to take with ``rng.choice``.
+    """
+
+    def __init__(
+        self,
+        config: SwarmConfig,
+        *,
+        pieces: int,
+        piece_length: int,
+        origin: bool,
+        now: float,
+        rng: Draws,
+        peer_bytes: int = 0,
+    ) -> None:
+        self._config = config
+        self._rng = rng
+        self.has_origin = origin
+        # The turn.
+        self._turn_from = now
+        """Monotonic instant from which the wait for the origin counts (start, or back-off)."""
+        self._grace = config.origin_grace_s
+        """Fixed part of the wait (``origin_grace_s`` at start, 0 after a back-off)."""
+        self._rank = rng.random() if origin else 0.0
+        """This download's place in the fleet's turns, uniform in [0, 1)."""
+        # The URL and the web seed.
+        self._url: OriginURL | None = None
+        """The last URL the factory gave."""
+        self._url_fetched_at = 0.0
+        """Wall-clock instant ``_url`` was fetched."""
+        self._retry_at = 0.0
+        """Monotonic instant before which no URL is fetched again after a failure."""
+        self._attached: str | None = None
+        """The URL added as web seed, or None when the origin is off."""
+        # Stripes ("fallback" with more than one stripe).
+        self._watch: StripeWatch | None = None
+        if origin and config.origin_policy == "fallback" and config.origin_stripes > 1:
+            stripes = Stripes.for_torrent(pieces, piece_length, config.origin_request_bytes,
+                                          config.origin_stripes)
+            self._watch = StripeWatch(stripes, now)
+        self._stripe: int | None = None
+        """The stripe the web seed fetches first, or None: any piece (rarest first)."""
+        self._stripe_base: bitarray | None = None
+        """The stripe's pieces in sight when we took it: a rival is judged by what it
+        fetched since."""
+        self._priorities: list[int] | None = None
+        """Piece priorities last set for a stripe (None: libtorrent's defaults)."""
+        # Peers.
+        self._peer_bytes = peer_bytes
+        self._last_peer_progress = now
+        """Monotonic instant when payload last came from a peer (or the start)."""
+        self._last_rediscovery = now
+        self._rediscovery_gap = 1.0
+        """Seconds until the next re-announce: 1 s at first, doubling up to the configured."""
+
+    # --- read-only views --------------------------------------------------------------------
+
+    @property
+    def attached(self) -> str | None:
+        """The URL currently added as web seed, or None when the origin is off."""
+        return self._attached
+
+    @property
+    def stripe(self) -> int | None:
+        """The stripe the web seed fetches first (None: none, or any piece)."""
+        return self._stripe
+
+    @property
+    def stripes(self) -> Stripes | None:
+        """How the pieces are dealt into stripes (None: no stripes)."""
+        return None if self._watch is None else self._watch.stripes
+
+    def turn_at(self, peers: int) -> float:
+        """Monotonic instant from which this download may use the origin ("fallback"),
+        with ``peers`` connected peers."""
+        config = self._config
+        stagger = min(config.origin_stagger_s * (peers + 1), config.origin_max_delay_s)
+        return self._turn_from + self._grace + self._rank * stagger
+
+    # --- events -----------------------------------------------------------------------------
+
+    def step(self, obs: Observation, link: OriginLink) -> Decision:
+        """The decision for this tick (called once per tick, ``obs.now`` not decreasing)."""
+        now = obs.now
+        if obs.peer_bytes != self._peer_bytes:
+            self._peer_bytes = obs.peer_bytes
+            self._last_peer_progress = now
+        if obs.finished or obs.failed:
+            return self._off("finished" if obs.finished else "failed")
+        if obs.checking:
+            return NOTHING
+        holding = peers_hold_needed(obs.have, obs.peers)
+        reannounce = not holding and self._rediscovery_due(now)
+        decision = self._origin(obs, holding, link) if self.has_origin else NOTHING
+        return replace(decision, reannounce=True) if reannounce else decision
+
+    def origin_failed(self, url: str, now: float) -> Decision:
+        """The origin answered the web seed on ``url`` with an error: take it out and come
+        back after ``origin_retry_s`` with a fresh URL (a presigned URL may have expired; a
+        CDN may be down). Errors of a URL no longer in use change nothing."""
+        if self._attached is None or url != self._attached:
+            return NOTHING
+        self._attached = None
+        self._url = None
+        self._retry_at = now + self._config.origin_retry_s
+        return Decision(priorities=self._drop_stripe(), web_seed=Detach(url, None))
+
+    # --- the rules --------------------------------------------------------------------------
+
+    def _origin(self, obs: Observation, holding: bool, link: OriginLink) -> Decision:
+        now = obs.now
+        if self._watch is not None:
+            self._watch.update(obs.have, obs.peers, now)
+        on = self._attached is not None
+        if self._config.origin_policy == "always":
+            want = True
+        elif not on and now < self.turn_at(len(obs.peers)):
+            want = False
+        else:
+            striped = self._striped(obs, link)
+            if striped is not None:
+                return striped
+            want = want_origin(
+                origin_on=on,
+                idle_s=now - self._last_peer_progress,
+                starved_s=self._config.origin_starved_s,
+                peers_hold_needed=holding,
+            )
+        if want and not on:
+            url = self._usable_url(obs, link)
+            if url is None:
+                return NOTHING
+            self._attached = url
+            return Decision(web_seed=Attach(url))
+        if not want and on:
+            return self._back_off("a peer has pieces we need", now)
+        if on:
+            return self._refresh(obs, link, Decision())
+        return NOTHING
+
+    def _striped(self, obs: Observation, link: OriginLink) -> Decision | None:
+        """The stripe rules, for a download whose turn has come or whose origin is on;
+        None when the starvation rule decides instead (no stripes, or the origin on for
+        any piece)."""
+        watch = self._watch
+        if watch is None or watch.stripes.stripes == 1:
+            return None
+        stripes, have, peers, now = watch.stripes, obs.have, obs.peers, obs.now
+        if self._attached is None:
+            restore = self._drop_stripe()
+            free = self._free_stripes(now)
+            stalled = now - self._last_peer_progress >= stall_s(self._config.origin_starved_s)
+            if not free and not stalled:
+                return Decision(priorities=restore)  # nothing to take yet
+            url = self._usable_url(obs, link)
+            if url is None:
+                return Decision(priorities=restore)  # no usable URL (retry window, DNS)
+            self._attached = url
+            if not free:  # stalled: the origin for any piece
+                return Decision(priorities=restore, web_seed=Attach(url))
+            return replace(self._set_stripe(self._rng.choice(free), have, peers), web_seed=Attach(url))
+        stripe = self._stripe
+        if stripe is None:
+            return None
+        if origin_stripes.yields(stripes, have, peers, stripe, self._stripe_base):
+            free = [s for s in self._free_stripes(now) if s != stripe]
+            if free:  # the web seed stays, on another stripe
+                return self._set_stripe(self._rng.choice(free), have, peers)
+            return self._back_off(f"stripe {stripe} is fetched by another agent", now)
+        if not origin_stripes.complete(stripes, have, stripe):
+            return self._refresh(obs, link, self._set_stripe(stripe, have, peers))  # peers' new pieces
+        free = self._free_stripes(now)
+        if free:
+            return self._refresh(obs, link, self._set_stripe(self._rng.choice(free), have, peers))
+        return self._back_off(f"stripe {stripe} is complete", now)
+
+    def _free_stripes(self, now: float) -> list[int]:
+        """Stripes to take (as of this tick's watch update): those nobody in sight holds a
+        piece of, else those that stopped growing for ``STALL_FACTOR * origin_starved_s``
+        (their fetcher left them)."""
+        watch = self._watch
+        assert watch is not None
+        return watch.unclaimed() or watch.stalled(now, stall_s(self._config.origin_starved_s))
+
+    def _set_stripe(self, stripe: int, have: Pieces, peers: Bitfields) -> Decision:
+        """The web seed on ``stripe``: its priorities (when they changed), and the stripe
+        when it is newly taken."""
+        assert self._watch is not None
+        stripes = self._watch.stripes
+        priorities = origin_stripes.priorities(stripes, have, peers, stripe)
+        changed = None
+        if priorities != self._priorities:
+            self._priorities = priorities
+            changed = tuple(priorities)
+        taken = None
+        if stripe != self._stripe:
+            taken = stripe
+            self._stripe_base = origin_stripes.held(stripes, have, peers) & stripes.mask(stripe)
+        self._stripe = stripe
+        return Decision(priorities=changed, stripe=taken)
+
+    def _drop_stripe(self) -> tuple[int, ...] | None:
+        """No stripe; the default priorities to restore, or None when they were never
+        changed."""
+        self._stripe = None
+        if self._priorities is None:
+            return None
+        restore = (DEFAULT_PRIORITY,) * len(self._priorities)
+        self._priorities = None
+        return restore
+
+    def _off(self, reason: str) -> Decision:
+        """The origin off, every piece at the default priority."""
+        restore = self._drop_stripe()
+        url, self._attached = self._attached, None
+        return Decision(priorities=restore, web_seed=None if url is None else Detach(url, reason))
+
+    def _back_off(self, reason: str, now: float) -> Decision:
+        """Off, and a new turn counted from now without grace."""
+        decision = self._off(reason)
+        self._turn_from, self._grace, self._rank = now, 0.0, self._rng.random()
+        return decision
+
+    def _refresh(self, obs: Observation, link: OriginLink, decision: Decision) -> Decision:
+        """``decision``, and the web seed's URL replaced when it is about to expire."""
+        old = self._attached
+        assert old is not None
+        if not self._expiring(obs.wall):
+            return decision
+        url = self._usable_url(obs, link)
+        if url is None or url == old:
+            return decision
+        self._attached = url
+        return replace(decision, web_seed=Replace(old, url))
+
+    def _usable_url(self, obs: Observation, link: OriginLink) -> str | None:
+        """A usable URL (fetched when there is none or it is expiring), or None."""
+        if self._url is None or self._expiring(obs.wall):
+            if obs.now < self._retry_at:
+                return None
+            url = link.fetch()
+            if url is None:
+                self._retry_at = obs.now + self._config.origin_retry_s
+                return None
+            self._url, self._url_fetched_at = url, obs.wall
+        if not link.ready(self._url.url, obs.now):
+            return None
+        return self._url.url
+
+    def _expiring(self, wall: float) -> bool:
+        url = self._url
+        if url is None or url.expires_at is None:
+            return False
+        margin = min(self._config.origin_url_refresh_s, (url.expires_at - self._url_fetched_at) / 2)
+        return wall >= url.expires_at - margin
+
+    def _rediscovery_due(self, now: float) -> bool:
+        """Whether to re-announce now, at most every ``peer_rediscovery_s`` (the gap starts
+        at 1 s and doubles)."""
+        if now - self._last_rediscovery < min(self._rediscovery_gap, self._config.peer_rediscovery_s):
+            return False
+        self._last_rediscovery = now
+        self._rediscovery_gap *= 2
+        return True

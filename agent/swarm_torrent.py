@@ -1,0 +1,172 @@
+"""One version in the swarm's libtorrent session: its handle, byte counts and status.
+
+The record the :class:`~.swarm.Swarm` shell keeps per torrent: the libtorrent handle, the
+torrent's :class:`~.origin_policy.OriginPolicy` and the :class:`FactoryLink` it asks for
+URLs, the :class:`~.byte_accounting.ByteAccounting` fed from every read of its
+connections, and the counts carried over from an earlier handle of the same version.
+:meth:`SwarmTorrent.status` turns a read into a :class:`~.transfer.TransferStatus`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import libtorrent as lt
+
+from .byte_accounting import ByteAccounting
+from .origin_peer_class import OriginPeerClass
+from .origin_policy import OriginLink, OriginPolicy
+from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
+
+log = logging.getLogger("bloomswarm.swarm")
+
+CHECKING = (lt.torrent_status.checking_files, lt.torrent_status.checking_resume_data)
+"""Torrent states in which the pieces on disk are being checked."""
+
+
+@dataclass
+class SwarmTorrent:
+    """One version in the session."""
+
+    version: int
+    handle: lt.torrent_handle
+    info: lt.torrent_info
+    save_dir: Path
+    seeding: bool
+    """Added by ``Swarm.seed`` (seed mode) rather than ``Swarm.start_download``."""
+    started: float
+    """Monotonic instant it was added."""
+    policy: OriginPolicy
+    """Its origin and peer decisions, and their state."""
+    link: OriginLink
+    """Its origin URL factory and the origin's peer class (:data:`NO_ORIGIN`: peers only)."""
+    accounting: ByteAccounting = field(default_factory=ByteAccounting)
+    origin_before: int = 0
+    """Bytes from the origin counted by an earlier handle of the same version."""
+    peers_before: int = 0
+    """Bytes from peers counted by an earlier handle of the same version."""
+    uploaded_before: int = 0
+    """Payload uploaded by an earlier handle of the same version (replaced by seed())."""
+    hash_failures: int = 0
+    error: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return int(self.info.total_size())
+
+    @property
+    def bytes_from_origin(self) -> int:
+        return self.origin_before + self.accounting.origin
+
+    @property
+    def bytes_from_peers(self) -> int:
+        return self.peers_before + self.accounting.peers
+
+    def snapshot(self, *, origin_attached: bool | None = None,
+                 ) -> tuple[lt.torrent_status, list[lt.peer_info]]:
+        """The torrent's status and live connections, with the byte accounting updated
+        (``origin_attached``: the web seed is on; default: as the policy says). Raises
+        RuntimeError when the handle is no longer valid."""
+        st = self.handle.status()
+        peers = self.handle.get_peer_info()
+        self.accounting.update(
+            int(st.total_payload_download),
+            [
+                ((endpoint(p.ip), str(p.pid)), is_web_seed(p),
+                 int(p.total_download), int(p.payload_down_speed))
+                for p in peers
+            ],
+            origin_attached=self.policy.attached is not None if origin_attached is None else origin_attached,
+        )
+        return st, peers
+
+    def status(self) -> TransferStatus:
+        """A snapshot of the transfer (state "error" when the handle became invalid)."""
+        try:
+            st, connections = self.snapshot()
+        except RuntimeError as exc:
+            return self._status("error", 0.0, 0, uploaded=0, finished=False,
+                                error=f"torrent handle invalid: {exc}")
+        error = st.errc.message() if st.errc.value() != 0 else self.error
+        state: TransferState
+        if error is not None:
+            state = "error"
+        elif st.state in CHECKING:
+            state = "checking"
+        elif st.flags & lt.torrent_flags.paused:
+            state = "paused"
+        elif st.is_seeding:
+            state = "seeding"
+        else:
+            state = "downloading"
+        peers = sum(1 for p in connections if not is_web_seed(p))
+        return self._status(state, self.verified_fraction(st), peers, uploaded=int(st.total_payload_upload),
+                            finished=bool(st.is_seeding), error=error)
+
+    def _status(self, state: TransferState, progress: float, peers: int, *, uploaded: int,
+                finished: bool, error: str | None) -> TransferStatus:
+        return TransferStatus(
+            version=self.version, state=state, progress=progress, total_bytes=self.total_bytes,
+            bytes_from_peers=self.bytes_from_peers, bytes_from_origin=self.bytes_from_origin,
+            bytes_uploaded=self.uploaded_before + uploaded, peers=peers,
+            hash_failures=self.hash_failures, finished=finished, error=error,
+        )
+
+    def verified_fraction(self, st: lt.torrent_status) -> float:
+        """Fraction of the file verified and on disk, 0..1."""
+        total = self.total_bytes
+        if total <= 0 or st.is_seeding:
+            return 1.0
+        pieces = int(st.num_pieces)
+        done = pieces * int(self.info.piece_length())
+        last = self.info.num_pieces() - 1
+        if pieces and self.handle.have_piece(last):
+            done -= int(self.info.piece_length()) - int(self.info.piece_size(last))
+        return max(0.0, min(1.0, done / total))
+
+
+class FactoryLink:
+    """The :class:`~.origin_policy.OriginLink` of one download: its URL factory (whose
+    failures are logged, never raised), and the origin's peer class."""
+
+    def __init__(self, version: int, factory: OriginURLFactory, peer_class: OriginPeerClass) -> None:
+        self._version = version
+        self._factory = factory
+        self._peer_class = peer_class
+
+    def fetch(self) -> OriginURL | None:
+        try:
+            return self._factory()
+        except Exception as exc:  # the factory is the daemon's code: keep the swarm alive
+            log.warning("v%d: cannot get an origin URL: %s", self._version, exc)
+            return None
+
+    def ready(self, url: str, now: float) -> bool:
+        return self._peer_class.addresses_ready(url, now)
+
+
+class _NoOrigin:
+    """The link of a torrent without an origin: the policy never asks it."""
+
+    def fetch(self) -> OriginURL | None:
+        return None
+
+    def ready(self, url: str, now: float) -> bool:
+        return False
+
+
+NO_ORIGIN: OriginLink = _NoOrigin()
+
+
+def is_web_seed(peer: lt.peer_info) -> bool:
+    """Whether a connection is a web seed (the origin)."""
+    return bool(peer.connection_type in (lt.peer_info.web_seed, lt.peer_info.http_seed))
+
+
+def endpoint(value: tuple[str, int]) -> tuple[str, int]:
+    """A connection's ``(address, port)`` as plain values."""
+    host, port = value
+    return str(host), int(port)
+

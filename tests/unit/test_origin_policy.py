@@ -1,0 +1,321 @@
+"""The origin policy core, by tables: one download's observations in, its decisions out.
+
+No libtorrent, no clock: times are seconds after ``START``. The defaults of these tables
+(``helpers.config``): grace 5 s, stagger 2 s, starved after 2 s (stall: 6 s), rank 0.5,
+so a download with no peer has its turn at 5 + 0.5 × 2 = 6 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bloomswarm.agent.config import SwarmConfig
+from bloomswarm.agent.origin_policy import (
+    NOTHING,
+    STALL_FACTOR,
+    Attach,
+    Decision,
+    Detach,
+    Observation,
+    OriginPolicy,
+    Replace,
+    peers_hold_needed,
+    want_origin,
+)
+from bloomswarm.agent.origin_stripes import DEFAULT_PRIORITY as D
+from bloomswarm.agent.origin_stripes import TOP_PRIORITY as T
+from bloomswarm.agent.transfer import OriginURL
+from tests.unit.origin_policy_helpers import START, Draws, Link, bits, config, obs, origin_part, policy
+
+URL = "http://origin/v1"
+HOLDS_NEEDED = (False, bits(16, 3))
+"""A peer holding piece 3, which we lack."""
+
+
+# --- the starvation rule ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("idle", "holding", "expected"),
+    [
+        (0.0, False, False),  # peers just delivered: not starved
+        (1.9, False, False),
+        (2.0, False, True),  # nothing for starved_s and no peer has what we need
+        (2.0, True, False),  # a peer has needed pieces: wait for it
+        (STALL_FACTOR * 2.0 - 0.1, True, False),
+        (STALL_FACTOR * 2.0, True, True),  # ... unless it delivers nothing for long
+    ],
+)
+def test_off_turns_on_only_when_starved(idle: float, holding: bool, expected: bool) -> None:
+    assert want_origin(origin_on=False, idle_s=idle, starved_s=2.0, peers_hold_needed=holding) is expected
+
+
+@pytest.mark.parametrize(
+    ("idle", "holding", "expected"),
+    [
+        (0.0, False, True),  # the origin is the only source of what we need: keep it
+        (10.0, False, True),
+        (0.0, True, False),  # a peer has what we need (a collision): back off
+        (STALL_FACTOR * 2.0, True, True),  # ... but it does not deliver
+    ],
+)
+def test_on_backs_off_when_a_peer_holds_needed_pieces(idle: float, holding: bool, expected: bool) -> None:
+    assert want_origin(origin_on=True, idle_s=idle, starved_s=2.0, peers_hold_needed=holding) is expected
+
+
+def test_peers_hold_needed() -> None:
+    have = [True, False, False]
+    assert not peers_hold_needed(have, [])
+    assert not peers_hold_needed(have, [(False, [True, False, False])])  # only what we have
+    assert peers_hold_needed(have, [(False, [False, False, True])])
+    assert peers_hold_needed(have, [(True, [])])  # a seed holds everything
+    assert not peers_hold_needed(have, [(False, [True])])  # short bitfield: nothing beyond
+    assert not peers_hold_needed([True, True], [(True, [])])  # nothing needed
+
+
+# --- "fallback", one stripe: the first decision of a download -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("what", "observation", "expected"),
+    [
+        ("before its turn", obs(5.9), NOTHING),
+        ("its turn, starved", obs(6.0), Decision(web_seed=Attach(URL))),
+        ("its turn (one peer: 7 s), a peer holds a needed piece and delivers",
+         obs(7.0, peers=[HOLDS_NEEDED], peer_bytes=100), NOTHING),
+        ("... one that delivered nothing for the stall time does not count",
+         obs(7.0, peers=[HOLDS_NEEDED]), Decision(web_seed=Attach(URL))),
+        ("its turn, but peers just delivered", obs(6.0, peer_bytes=100), NOTHING),
+        ("the turn waits a stagger per connected peer", obs(8.9, peers=[(False, [])] * 3), NOTHING),
+        ("... and comes after them", obs(9.0, peers=[(False, [])] * 3), Decision(web_seed=Attach(URL))),
+        ("checking pieces on disk", obs(30.0, checking=True), NOTHING),
+        ("finished before its turn", obs(30.0, finished=True), NOTHING),
+    ],
+)
+def test_fallback_first_decision(what: str, observation: Observation, expected: Decision) -> None:
+    assert origin_part(policy(config()).step(observation, Link())) == expected, what
+
+
+def test_the_staggered_wait_is_capped() -> None:
+    download = policy(config(origin_max_delay_s=4.0), rank=0.99)
+    assert download.turn_at(peers=100) == pytest.approx(START + 5.0 + 0.99 * 4.0)
+    assert download.turn_at(peers=0) == pytest.approx(START + 5.0 + 0.99 * 2.0)
+
+
+def test_a_download_without_origin_never_takes_it() -> None:
+    download = policy(config(), origin=False)
+    for at in (6.0, 60.0, 600.0):
+        assert download.step(obs(at), Link()).web_seed is None
+    assert download.attached is None
+
+
+# --- "fallback", one stripe: the web seed on, then off ------------------------------------
+
+
+def _on(settings: SwarmConfig | None = None, *, draws: Draws | None = None) -> tuple[OriginPolicy, Link]:
+    """A download that took the origin at 6 s (no peers)."""
+    download, link = policy(settings or config(), draws=draws), Link()
+    assert download.step(obs(6.0), link).web_seed == Attach(URL)
+    return download, link
+
+
+@pytest.mark.parametrize(
+    ("what", "observation", "expected"),
+    [
+        ("the origin is the only source", obs(7.0), NOTHING),
+        ("a peer holds a needed piece: back off", obs(7.0, peers=[HOLDS_NEEDED], peer_bytes=1),
+         Decision(web_seed=Detach(URL, "a peer has pieces we need"))),
+        ("... one that delivered nothing for the stall time does not count",
+         obs(7.0, peers=[HOLDS_NEEDED]), NOTHING),
+        ("finished", obs(7.0, finished=True), Decision(web_seed=Detach(URL, "finished"))),
+        ("failed", obs(7.0, failed=True), Decision(web_seed=Detach(URL, "failed"))),
+        ("finished and failed", obs(7.0, finished=True, failed=True),
+         Decision(web_seed=Detach(URL, "finished"))),
+    ],
+)
+def test_fallback_with_the_origin_on(what: str, observation: Observation, expected: Decision) -> None:
+    download, link = _on()
+    assert origin_part(download.step(observation, link)) == expected, what
+
+
+def test_a_back_off_draws_a_new_turn_counted_from_now_without_grace() -> None:
+    download, link = _on(draws=Draws(0.5, 0.25))
+    download.step(obs(7.0, peers=[HOLDS_NEEDED], peer_bytes=1), link)
+    assert download.turn_at(peers=1) == pytest.approx(START + 7.0 + 0.25 * 2.0 * 2)
+
+
+def test_always_takes_the_origin_at_once_and_keeps_it() -> None:
+    download = policy(config(origin_policy="always"))
+    link = Link()
+    assert download.step(obs(0.0), link).web_seed == Attach(URL)
+    assert origin_part(download.step(obs(1.0, peers=[HOLDS_NEEDED]), link)) == NOTHING
+    assert download.step(obs(2.0, finished=True), link).web_seed == Detach(URL, "finished")
+
+
+# --- the URL ------------------------------------------------------------------------------
+
+
+def test_the_url_is_made_only_when_the_web_seed_is_added() -> None:
+    download, link = policy(config()), Link()
+    download.step(obs(5.9), link)
+    assert link.fetches == 0
+    download.step(obs(6.0), link)
+    assert link.fetches == 1
+
+
+def test_no_web_seed_until_the_origins_addresses_are_ready() -> None:
+    download, link = policy(config()), Link(is_ready=False)
+    assert download.step(obs(6.0), link).web_seed is None
+    link.is_ready = True
+    assert download.step(obs(6.2), link).web_seed == Attach(URL)
+    assert link.fetches == 1  # the URL was kept
+
+
+def test_a_failed_url_is_retried_after_the_retry_time() -> None:
+    download, link = policy(config(origin_retry_s=10.0)), Link(urls=[None, OriginURL(URL)])
+    assert download.step(obs(6.0), link).web_seed is None
+    assert download.step(obs(15.9), link).web_seed is None
+    assert link.fetches == 1
+    assert download.step(obs(16.0), link).web_seed == Attach(URL)
+
+
+def test_an_expiring_url_is_replaced_before_it_expires() -> None:
+    # Valid for 1000 s from 6 s: refreshed 300 s (origin_url_refresh_s) before.
+    first = OriginURL("http://origin/v1?sig=1", expires_at=obs(1006.0).wall)
+    second = OriginURL("http://origin/v1?sig=2", expires_at=obs(2006.0).wall)
+    download, link = policy(config()), Link(urls=[first, second])
+    assert download.step(obs(6.0), link).web_seed == Attach(first.url)
+    assert download.step(obs(705.9), link).web_seed is None
+    assert download.step(obs(706.0), link).web_seed == Replace(first.url, second.url)
+    assert download.attached == second.url
+
+
+def test_a_short_lived_url_is_replaced_at_half_its_life() -> None:
+    first = OriginURL("http://origin/v1?sig=1", expires_at=obs(106.0).wall)
+    second = OriginURL("http://origin/v1?sig=2")
+    download, link = policy(config()), Link(urls=[first, second])
+    download.step(obs(6.0), link)
+    assert download.step(obs(55.9), link).web_seed is None
+    assert download.step(obs(56.0), link).web_seed == Replace(first.url, second.url)
+
+
+def test_an_origin_error_takes_the_web_seed_out_until_the_retry_time() -> None:
+    download, link = _on(config(origin_retry_s=10.0))
+    assert download.origin_failed("http://elsewhere/", START + 7.0) == NOTHING
+    assert download.origin_failed(URL, START + 7.0) == Decision(web_seed=Detach(URL, None))
+    assert download.step(obs(16.9), link).web_seed is None
+    assert link.fetches == 1
+    assert download.step(obs(17.0), link).web_seed == Attach(URL)
+    assert link.fetches == 2  # a fresh URL
+
+
+# --- stripes ------------------------------------------------------------------------------
+# 16 pieces, runs of 2, 4 stripes: stripe s holds pieces 2s, 2s+1, 2s+8, 2s+9.
+
+STRIPE_0 = [T, T, 0, 0, 0, 0, 0, 0, T, T, 0, 0, 0, 0, 0, 0]
+STRIPE_1 = [0, 0, T, T, 0, 0, 0, 0, 0, 0, T, T, 0, 0, 0, 0]
+STRIPE_2 = [0, 0, 0, 0, T, T, 0, 0, 0, 0, 0, 0, T, T, 0, 0]
+RESTORED = (D,) * 16
+
+
+def _striped(**overrides: object) -> tuple[OriginPolicy, Link]:
+    return policy(config(origin_stripes=4, **overrides)), Link()
+
+
+@pytest.mark.parametrize(
+    ("what", "observation", "expected"),
+    [
+        ("an unclaimed stripe: take it, other unheld pieces at 0", obs(6.0),
+         Decision(priorities=tuple(STRIPE_0), stripe=0, web_seed=Attach(URL))),
+        ("pieces held in sight keep the default (one peer: turn at 7 s)",
+         obs(7.0, peers=[(False, bits(16, 0, 2))], peer_bytes=1),
+         Decision(priorities=(D, 0, D, 0, T, T, 0, 0, 0, 0, 0, 0, T, T, 0, 0), stripe=2,
+                  web_seed=Attach(URL))),
+        ("a peer holding needed pieces does not stop it", obs(7.0, peers=[HOLDS_NEEDED], peer_bytes=1),
+         Decision(priorities=(T, T, 0, D, 0, 0, 0, 0, T, T, 0, 0, 0, 0, 0, 0), stripe=0,
+                  web_seed=Attach(URL))),
+        ("every stripe claimed: wait", obs(7.0, peers=[(False, bits(16, 0, 2, 4, 6))], peer_bytes=1),
+         NOTHING),
+        ("every stripe claimed, peers idle for the stall time: any piece",
+         obs(7.0, peers=[(False, bits(16, 0, 2, 4, 6))]), Decision(web_seed=Attach(URL))),
+        ("before its turn", obs(5.9), NOTHING),
+    ],
+)
+def test_stripes_first_decision(what: str, observation: Observation, expected: Decision) -> None:
+    download, link = _striped()
+    assert origin_part(download.step(observation, link)) == expected, what
+
+
+def test_with_every_stripe_claimed_the_origin_waits_for_the_stall_time_then_takes_any_piece() -> None:
+    download, link = _striped(origin_grace_s=0.0, origin_stagger_s=0.0)
+    claimed = [(False, bits(16, 0, 2, 4, 6))]
+    assert download.step(obs(5.9, peers=claimed), link).web_seed is None
+    decision = download.step(obs(6.0, peers=claimed), link)
+    assert origin_part(decision) == Decision(web_seed=Attach(URL))  # no stripe, no priorities
+
+
+def test_a_stalled_stripe_is_taken_when_none_is_unclaimed() -> None:
+    download, link = _striped(origin_grace_s=0.0, origin_stagger_s=0.0)
+    peers = [(False, bits(16, 0, 2, 4, 6))]
+    download.step(obs(0.5, peers=peers, peer_bytes=1), link)
+    # Stripe 3 grows at 4 s; 0, 1, 2 stall from 0.5 s. Peers deliver all the while.
+    grown = [(False, bits(16, 0, 2, 4, 6, 7))]
+    assert download.step(obs(4.0, peers=grown, peer_bytes=2), link).web_seed is None
+    decision = download.step(obs(6.5, peers=grown, peer_bytes=3), link)
+    assert (decision.stripe, decision.web_seed) == (0, Attach(URL))
+
+
+@pytest.mark.parametrize(
+    ("what", "observation", "expected"),
+    [
+        ("in progress, nothing new", obs(7.0), NOTHING),
+        ("in progress, a peer got a piece of another stripe", obs(7.0, peers=[(False, bits(16, 2))]),
+         Decision(priorities=(T, T, D, 0, 0, 0, 0, 0, T, T, 0, 0, 0, 0, 0, 0))),
+        ("a peer ahead on our stripe: move to a free one, the web seed stays",
+         obs(7.0, peers=[(False, bits(16, 0, 1))]),
+         Decision(priorities=(D, D, T, T, 0, 0, 0, 0, 0, 0, T, T, 0, 0, 0, 0), stripe=1)),
+        ("a peer ahead on our stripe, none free: back off", obs(7.0, peers=[(True, [])]),
+         Decision(priorities=RESTORED, web_seed=Detach(URL, "stripe 0 is fetched by another agent"))),
+        ("our stripe complete: the next free one", obs(7.0, have=bits(16, 0, 1, 8, 9)),
+         Decision(priorities=(D, D, T, T, 0, 0, 0, 0, D, D, T, T, 0, 0, 0, 0), stripe=1)),
+        ("our stripe complete, none free: off",
+         obs(7.0, have=bits(16, 0, 1, 8, 9), peers=[(False, bits(16, 2, 4, 6))]),
+         Decision(priorities=RESTORED, web_seed=Detach(URL, "stripe 0 is complete"))),
+        ("finished", obs(7.0, finished=True),
+         Decision(priorities=RESTORED, web_seed=Detach(URL, "finished"))),
+    ],
+)
+def test_stripes_with_the_origin_on(what: str, observation: Observation, expected: Decision) -> None:
+    download, link = _striped()
+    assert download.step(obs(6.0), link).stripe == 0
+    assert origin_part(download.step(observation, link)) == expected, what
+
+
+def test_an_origin_error_on_a_stripe_restores_the_priorities() -> None:
+    download, link = _striped()
+    download.step(obs(6.0), link)
+    assert download.origin_failed(URL, START + 7.0) == Decision(
+        priorities=RESTORED, web_seed=Detach(URL, None))
+    assert download.stripe is None
+
+
+def test_one_stripe_only_when_the_version_has_one_run() -> None:
+    download = policy(config(origin_stripes=4, origin_request_bytes=64 * 16 * 1024), pieces=16)
+    assert download.stripes is not None and download.stripes.stripes == 1
+    assert origin_part(download.step(obs(6.0), Link())) == Decision(web_seed=Attach(URL))
+
+
+# --- re-announcing ------------------------------------------------------------------------
+
+
+def test_it_reannounces_while_no_peer_holds_a_needed_piece_the_gap_doubling() -> None:
+    download, link = policy(config(peer_rediscovery_s=5.0), origin=False), Link()
+    due = [at for at in (0.5, 1.0, 1.5, 2.9, 3.0, 6.9, 7.0, 11.9, 12.0, 17.0)
+           if download.step(obs(at), link).reannounce]
+    assert due == [1.0, 3.0, 7.0, 12.0, 17.0]  # 1, 2, 4, then every 5 s
+
+
+def test_no_reannounce_while_a_peer_holds_a_needed_piece() -> None:
+    download = policy(config(), origin=False)
+    assert not download.step(obs(2.0, peers=[HOLDS_NEEDED]), Link()).reannounce
+    assert download.step(obs(2.0), Link()).reannounce
