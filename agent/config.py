@@ -94,8 +94,8 @@ class SwarmConfig:
     the pieces nobody has yet: behind 30 peers at equal shares it would get 1/31 of the
     link and hold back the whole fleet."""
     origin_policy: OriginPolicy = "fallback"
-    """"fallback": the origin only when the swarm cannot deliver (agent/origin_policy.py and docs/origin-policy.md);
-    "always": the web seed from the start."""
+    """"fallback": the origin only when the swarm cannot deliver (agent/origin_policy.py,
+    docs/origin-policy.md); "always": the web seed from the start."""
     origin_grace_s: float = 5.0
     """Seconds after a download starts before the origin may be used ("fallback"): time
     to find peers that may already have the version."""
