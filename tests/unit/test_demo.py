@@ -36,6 +36,7 @@ from bloomswarm.demo_view import (
 )
 from bloomswarm.main import main
 from bloomswarm.sandbox.fleet import AgentView
+from bloomswarm.signals import sigterm_interrupts
 
 # -- generated keys ------------------------------------------------------------------------
 
@@ -331,7 +332,7 @@ def test_tracker_discovery_without_opentracker_is_one_line(monkeypatch: pytest.M
 
 
 def test_sigterm_becomes_an_interrupt_and_cleanup_ignores_both_signals() -> None:
-    with pytest.raises(KeyboardInterrupt), demo._sigterm_interrupts():
+    with pytest.raises(KeyboardInterrupt), sigterm_interrupts():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
