@@ -1,4 +1,4 @@
-"""Build of the optional C extension ``bloomswarm.common._bloomfast`` (csrc/bloomfast.c).
+"""Build of the optional C extension ``bloomswarm.common._bloomfast`` (csrc/bloomfast.c, csrc/delta.c).
 
 All other metadata is in pyproject.toml. The extension is optional: when it cannot be
 built (no compiler, missing headers...) a one-line warning is printed and the install
@@ -60,7 +60,7 @@ setup(
     else [
         Extension(
             "bloomswarm.common._bloomfast",
-            ["csrc/bloomfast.c"],
+            ["csrc/bloomfast.c", "csrc/delta.c"],
             extra_compile_args=_COMPILE_ARGS,
         )
     ],

@@ -95,6 +95,12 @@ class AnnouncementSource(Protocol):
         that returned one (or after a call that raised, when the source cannot tell)."""
         ...
 
+    def document(self, key: str) -> bytes:
+        """Another object a verified manifest names by key (a delta's torrent), unverified:
+        the caller checks it against the manifest. ObjectNotFound when it is missing,
+        StorageError when it cannot be read."""
+        ...
+
 
 def open_announcement(documents: SignedDocuments, public_keys: Sequence[VerifyKey]) -> Announcement:
     """Verify stored documents into an Announcement; CheckFailed naming the failed check.
@@ -176,6 +182,13 @@ class ObjectStoreAnnouncements:
         documents = SignedDocuments(stored.data, manifest, signature, torrent)
         self._etag, self._last = stored.etag or None, pointer
         return Announcement(pointer=pointer, manifest=manifest_obj, documents=documents)
+
+    def document(self, key: str) -> bytes:
+        """See :meth:`AnnouncementSource.document`."""
+        stored = self._reader.get(key)
+        if stored is None:  # no condition was sent: a reader that returns None is broken
+            raise StorageError(f"{key}: the store answered 'not modified' to a plain GET")
+        return stored.data
 
     def _verified_manifest(self, pointer: Pointer) -> tuple[bytes, bytes, Manifest]:
         """The manifest ``pointer`` names and its signature, verified (kept from an earlier

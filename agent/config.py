@@ -241,8 +241,15 @@ class InstallConfig:
     disk_margin_bytes: int = 1 * GIB
     """Free space that must remain on the data directory's file system after a download;
     a version that does not fit is refused before any download."""
+    deltas: bool = True
+    """Fetch the delta from the installed version when the manifest lists one (else, or
+    when it fails, the full file)."""
+    delta_stall_s: float = 120.0
+    """A delta download that makes no progress for this long is given up for the full file."""
 
     def __post_init__(self) -> None:
+        if not self.delta_stall_s > 0:
+            raise ConfigError(f"install.delta_stall_s must be positive, got {self.delta_stall_s}")
         if self.keep_versions < 1:
             raise ConfigError(f"install.keep_versions must be at least 1, got {self.keep_versions}")
         if self.max_file_size < 1 or self.disk_margin_bytes < 0:

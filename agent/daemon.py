@@ -12,6 +12,15 @@ One thread runs everything (the transfer's own threads aside)::
     download finished:               verify_download() -> transfer.remove(vN) -> install_version()
                                      -> flip current -> transfer.seed(versions/vN) -> GC
 
+Deltas (:mod:`.deltas`): when the manifest lists a delta from a version installed here,
+the poll also fetches the delta's torrent (checked against the signed entry), and the
+download is of the delta (key ``DeltaKey(N, base)``, same transfer, the delta object as
+origin). Once finished it is checked and applied into ``staging/vN/filter.bsf``, and the
+result goes through the same gate and install; the delta is kept beside the version and
+seeded. Any failure of the delta path is a fallback, not an error: it is counted in
+``delta_fallbacks_total{reason}``, logged once (``event=delta_fallback``), and the full
+file is fetched at once.
+
 Failure handling — the version ``current`` points at keeps serving through all of it:
 
 - the source cannot be read (origin down): ``origin_errors_total``, a log line, the next
@@ -24,9 +33,10 @@ Failure handling — the version ``current`` points at keeps serving through all
   after backoff, since disk space can be freed.
 
 Restarts: installed versions are seeded again from ``versions/vN`` (their torrent is kept
-beside them); an unfinished download is resumed from ``staging/vN``, whose signed
-documents are verified again with the keys configured now, together with the resume
-data saved every ``resume_save_interval_s`` and at shutdown. The last accepted pointer
+beside them), and so are the deltas kept beside them; an unfinished download is resumed
+from ``staging/vN`` (a delta's too: its torrent is kept there), whose signed documents
+are verified again with the keys configured now, together with the resume data saved
+every ``resume_save_interval_s`` and at shutdown. The last accepted pointer
 sequence is kept in ``state.json`` so that a replayed old pointer is refused after a
 restart too.
 
@@ -55,6 +65,7 @@ from bloomswarm.common.signing import VerifyKey
 from .announcements import Announcement, AnnouncementSource, SignedDocuments, open_announcement
 from .backoff import Backoff
 from .config import AgentConfig
+from .deltas import DeltaFallback, DeltaPlan, apply_fetched_delta, check_delta_torrent, plan_delta
 from .freshness import PointerFreshness
 from .gc import collect_garbage, installed_versions
 from .install import (
@@ -62,6 +73,7 @@ from .install import (
     InstalledDocuments,
     activate,
     check_capacity,
+    install_delta,
     install_version,
     is_installed,
     prepare_data_dir,
@@ -73,7 +85,7 @@ from .install import (
 from .logfmt import log_event, logfmt
 from .metrics import AgentMetrics
 from .origin import Origin
-from .transfer import Transfer, TransferStatus
+from .transfer import DeltaKey, Transfer, TransferKey, TransferStatus, key_label, key_version
 from .verify import CheckFailed, check_file, verify_download
 from .version_policy import Action, decide, next_sequence
 
@@ -100,14 +112,32 @@ class _Target:
     """The transfer is working on it."""
     resume: bytes | None = None
     """Resume data to pass to the next start_download."""
+    delta: DeltaPlan | None = None
+    """The delta fetched instead of the file; None: the file (no delta, or it failed)."""
+    delta_progress: tuple[int, float] = (0, 0.0)
+    """Bytes of the delta received, and the monotonic time they last grew (stall check)."""
 
     @property
     def version(self) -> int:
         return self.announcement.version
 
     @property
+    def key(self) -> TransferKey:
+        """What the transfer fetches for it: the delta's key, or the version."""
+        return self.delta.key if self.delta is not None else self.version
+
+    @property
     def manifest(self) -> Manifest:
         return self.announcement.manifest
+
+
+@dataclass(frozen=True)
+class _Polled:
+    """One poll's news: the announcement, and the delta to fetch for it (or why not)."""
+
+    announcement: Announcement
+    delta: DeltaPlan | None = None
+    fallback: DeltaFallback | None = None
 
 
 class AgentDaemon:
@@ -158,7 +188,7 @@ class AgentDaemon:
         self._nothing_published = False
         self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
         self._background_polls = background_polls
-        self._pending_poll: _BackgroundCall[Announcement | None] | None = None
+        self._pending_poll: _BackgroundCall[_Polled | None] | None = None
         self._slow_poll_logged = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -186,6 +216,10 @@ class AgentDaemon:
                           reason="no filter.torrent beside it (not installed by an agent)")
                 continue
             self._seed(version, torrent)
+            for base in self.layout.installed_deltas(version):
+                delta_torrent = read_if_present(self.layout.delta_torrent_file(version, base))
+                if delta_torrent is not None:
+                    self._seed(DeltaKey(version, base), delta_torrent)
         self._publish_current(current)
         self._target = self._recover_download(current)
         self._collect()
@@ -235,10 +269,24 @@ class AgentDaemon:
     def _poll(self, now: float) -> None:
         self._next_poll = now + self._poll_interval()  # also when latest() has a bug
         if self._background_polls:
-            self._pending_poll = _BackgroundCall(self.source.latest, started_at=now)
+            self._pending_poll = _BackgroundCall(self._latest, started_at=now)
             self._slow_poll_logged = False
         else:
-            self._take_poll(self.source.latest, now)
+            self._take_poll(self._latest, now)
+
+    def _latest(self) -> _Polled | None:
+        """``source.latest()``, with the delta worth fetching for it (its torrent fetched
+        here, so that a slow origin holds up the background poll, not the loop)."""
+        announcement = self.source.latest()
+        if announcement is None:
+            return None
+        if not self.config.install.deltas:
+            return _Polled(announcement)
+        try:
+            plan = plan_delta(announcement.manifest, self.layout, self.source.document)
+        except DeltaFallback as exc:
+            return _Polled(announcement, fallback=exc)
+        return _Polled(announcement, delta=plan)
 
     def _poll_in_flight(self) -> float | None:
         """Seconds the background poll under way has taken so far (None: none under way).
@@ -253,10 +301,10 @@ class AgentDaemon:
             log_event(log, logging.WARNING, "poll_slow", in_flight_s=round(elapsed, 1))
         return elapsed
 
-    def _take_poll(self, latest: Callable[[], Announcement | None], now: float) -> None:
+    def _take_poll(self, latest: Callable[[], _Polled | None], now: float) -> None:
         """Act on one poll's outcome: ``latest()`` returns it or raises its error."""
         try:
-            announcement = latest()
+            polled = latest()
         except ObjectNotFound as exc:
             self._poll_backoff.reset()
             if not self._nothing_published:  # once, not every poll
@@ -275,9 +323,9 @@ class AgentDaemon:
         if self._poll_backoff.failures:
             log_event(log, logging.INFO, "origin_recovered", after_failures=self._poll_backoff.failures)
             self._poll_backoff.reset()
-        if announcement is not None:
-            self._freshness.saw(announcement.pointer)
-            self._consider(announcement, now)
+        if polled is not None:
+            self._freshness.saw(polled.announcement.pointer)
+            self._consider(polled, now)
 
     def _retry_poll(self, now: float, event: str, exc: BaseException, **fields: object) -> None:
         delay = self._poll_backoff.next_delay()
@@ -290,7 +338,8 @@ class AgentDaemon:
         watch = self.config.watch
         return watch.poll_interval_s + self._rng.uniform(0.0, watch.poll_jitter_s)
 
-    def _consider(self, announcement: Announcement, now: float) -> None:
+    def _consider(self, polled: _Polled, now: float) -> None:
+        announcement = polled.announcement
         pointer = announcement.pointer
         installed = self.layout.current_version()
         decision = decide(pointer, installed, self._last_sequence)
@@ -320,7 +369,10 @@ class AgentDaemon:
             target = self._target
         if target is not None:
             self._abandon(target, f"v{announcement.version} was announced")
-        self._target = _Target(announcement, seen_at=now, backoff=self._new_backoff())
+        self._target = _Target(announcement, seen_at=now, backoff=self._new_backoff(),
+                               delta=polled.delta)
+        if polled.fallback is not None:
+            self._count_fallback(announcement.version, polled.fallback)
 
     def _finish_if_done(self, target: _Target, now: float) -> None:
         """Install ``target`` now if its transfer has finished (a poll can block the loop for
@@ -328,12 +380,16 @@ class AgentDaemon:
         installed before a newer announcement replaces it)."""
         if not target.started:
             return
-        status = self.transfer.status(target.version)
-        if status is not None and status.finished and status.state != "error":
+        status = self.transfer.status(target.key)
+        if status is None or not status.finished or status.state == "error":
+            return
+        if target.delta is not None:
+            self._drive_delta(target, target.delta, status, now)  # applied first
+        else:
             self._finish(target, status, now)
 
     def _abandon(self, target: _Target, why: str) -> None:
-        self._remove_transfer(target.version)
+        self._remove_transfer(target.key)
         remove_tree(self.layout.staging_dir(target.version))
         self._target = None
         log_event(log, logging.INFO, "download_abandoned", version=target.version, reason=why)
@@ -350,7 +406,7 @@ class AgentDaemon:
             log.debug("driving v%d failed", target.version, exc_info=True)
             self.metrics.transfer_errors.inc()
             with contextlib.suppress(Exception):
-                self._remove_transfer(target.version)
+                self._remove_transfer(target.key)
             if self._target is target:
                 self._fail(target, now, "download_failed", f"{type(exc).__name__}: {exc}")
 
@@ -359,7 +415,10 @@ class AgentDaemon:
             if now >= target.retry_at:
                 self._begin(target, now)
             return
-        status = self.transfer.status(target.version)
+        status = self.transfer.status(target.key)
+        if target.delta is not None:
+            self._drive_delta(target, target.delta, status, now)
+            return
         if status is None or status.state == "error":
             self.metrics.transfer_errors.inc()
             self._remove_transfer(target.version)
@@ -369,20 +428,42 @@ class AgentDaemon:
         if status.finished:
             self._finish(target, status, now)
 
+    def _drive_delta(self, target: _Target, plan: DeltaPlan, status: TransferStatus | None,
+                     now: float) -> None:
+        """A delta download's tick: a failed or stalled one falls back to the file; a
+        finished one is applied, then verified and installed like a downloaded file."""
+        if status is None or status.state == "error":
+            error = status.error if status is not None else "the transfer lost the download"
+            self._fall_back(target, now, DeltaFallback("missing", error or "unknown error"))
+            return
+        received = status.bytes_from_peers + status.bytes_from_origin
+        if received > target.delta_progress[0] or status.finished:
+            target.delta_progress = (received, now)
+        elif now - target.delta_progress[1] >= self.config.install.delta_stall_s:
+            self._fall_back(target, now, DeltaFallback(
+                "stalled", f"no progress for {self.config.install.delta_stall_s:g}s "
+                           f"({status.progress:.1%} verified, {status.peers} peers)"))
+            return
+        if not status.finished:
+            return
+        try:
+            apply_fetched_delta(plan, target.manifest, self.layout)
+        except DeltaFallback as exc:
+            self._fall_back(target, now, exc)
+            return
+        self._finish(target, status, now)
+
     def _begin(self, target: _Target, now: float) -> None:
         version, manifest = target.version, target.manifest
         if is_installed(self.data_dir, version):
             self._reinstate(target, now)
             return
+        if target.delta is not None and self._begin_delta(target, target.delta, now):
+            return
         staging = self.layout.staging_dir(version)
         partial = self.layout.staged_file(version)
         present = partial.stat().st_size if partial.is_file() else 0
-        try:
-            check_capacity(self.data_dir, manifest.size, max_file_size=self.config.install.max_file_size,
-                           margin=self.config.install.disk_margin_bytes, already_present=present)
-        except DownloadRefused as exc:
-            self.metrics.refusals.labels(exc.reason).inc()
-            self._fail(target, now, "download_refused", str(exc), reason=exc.reason)
+        if not self._fits(target, now, manifest.size, present):
             return
         staging.mkdir(parents=True, exist_ok=True)
         self._store_documents(staging, target.announcement.documents)
@@ -397,21 +478,84 @@ class AgentDaemon:
         log_event(log, logging.INFO, "download_started", version=version, size=manifest.size,
                   resumed_bytes=present or None, attempt=target.backoff.failures + 1)
 
+    def _begin_delta(self, target: _Target, plan: DeltaPlan, now: float) -> bool:
+        """Start (or resume) fetching the delta; False when it fell back to the file."""
+        version = target.version
+        if not self.layout.filter_file(plan.base).is_file():
+            self._fall_back(target, now,
+                            DeltaFallback("base_missing", f"v{plan.base} is no longer installed"))
+            return False
+        partial = self.layout.staged_delta(version, plan.base)
+        present = partial.stat().st_size if partial.is_file() else 0
+        if not self._fits(target, now, target.manifest.size + plan.entry.size, present):
+            return True
+        staging = self.layout.staging_dir(version)
+        staging.mkdir(parents=True, exist_ok=True)
+        self._store_documents(staging, target.announcement.documents)
+        torrent_file = self.layout.staged_delta_torrent(version, plan.base)
+        if not torrent_file.exists():  # its presence makes a restarted agent resume the delta
+            write_atomically(torrent_file, [plan.torrent], mode=0o644)
+        resume = target.resume or read_if_present(self.layout.delta_resume_file(version, plan.base))
+        origin = self.origin.url_factory(plan.entry.key) if self.origin is not None else None
+        self.transfer.start_download(plan.key, plan.torrent, staging, origin, resume_data=resume)
+        target.started, target.resume = True, None
+        target.delta_progress = (0, now)
+        log_event(log, logging.INFO, "download_started", version=version, delta_from=plan.base,
+                  size=plan.entry.size, file_size=target.manifest.size, resumed_bytes=present or None,
+                  attempt=target.backoff.failures + 1)
+        return True
+
+    def _fits(self, target: _Target, now: float, size: int, present: int) -> bool:
+        """Whether ``size`` bytes (``present`` of them on disk) fit; else the refusal is
+        counted and the target retried after backoff."""
+        try:
+            check_capacity(self.data_dir, size, max_file_size=self.config.install.max_file_size,
+                           margin=self.config.install.disk_margin_bytes, already_present=present)
+        except DownloadRefused as exc:
+            self.metrics.refusals.labels(exc.reason).inc()
+            self._fail(target, now, "download_refused", str(exc), reason=exc.reason)
+            return False
+        return True
+
+    def _fall_back(self, target: _Target, now: float, failure: DeltaFallback) -> None:
+        """Give up the target's delta: count and log it once, delete its files, and fetch
+        the full file at once (``current`` keeps serving meanwhile)."""
+        plan = target.delta
+        target.delta = None
+        target.started, target.retry_at, target.resume = False, now, None
+        if plan is not None:
+            self._remove_transfer(plan.key)
+            for path in (self.layout.staged_delta(plan.version, plan.base),
+                         self.layout.staged_delta_torrent(plan.version, plan.base),
+                         self.layout.delta_resume_file(plan.version, plan.base),
+                         self.layout.staged_file(plan.version)):  # an applied result the gate refused
+                path.unlink(missing_ok=True)
+        self._count_fallback(target.version, failure, base=plan.base if plan is not None else None)
+
+    def _count_fallback(self, version: int, failure: DeltaFallback, *, base: int | None = None) -> None:
+        self.metrics.delta_fallbacks.labels(failure.reason).inc()
+        log_event(log, logging.WARNING, "delta_fallback", version=version, delta_from=base,
+                  reason=failure.reason, error=failure, detail="fetching the full file")
+
     def _finish(self, target: _Target, status: TransferStatus, now: float) -> None:
         """Verify a finished download (still seeded from staging meanwhile: the transfer
         only reads a finished file), then install it and seed it from versions/vN."""
         version, manifest = target.version, target.manifest
         staging = self.layout.staging_dir(version)
         staged = self.layout.staged_file(version)
+        delta = target.delta
         try:
             verify_download(manifest, target.announcement.torrent, status, staged)
         except CheckFailed as exc:
+            if delta is not None:  # the delta applied, but not into the signed file
+                self._fall_back(target, now, DeltaFallback("wrong_result", str(exc)))
+                return
             self.metrics.verification_failures.labels(exc.check).inc()
             self._remove_transfer(version)
             remove_tree(staging)  # corrupt content is not worth resuming
             self._fail(target, now, "verification_failed", str(exc), check=exc.check)
             return
-        self._remove_transfer(version)  # before the rename: nothing may hold the staged path
+        self._remove_transfer(target.key)  # before the rename: nothing may hold the staged path
         documents = target.announcement.documents
         try:
             install_version(self.data_dir, version, staged, InstalledDocuments(
@@ -419,14 +563,31 @@ class AgentDaemon:
                 manifest_signature=documents.manifest_signature,
                 torrent=documents.torrent,
             ))
-            self._swap(target, now, downloaded=True)
+            kept = delta is not None and self._keep_delta(delta)
+            if delta is not None:
+                self.metrics.delta_installs.inc()
+            self._swap(target, now, downloaded=True, delta_from=delta.base if delta is not None else None)
         except OSError as exc:  # disk full, permissions: current still serves
             remove_tree(staging)
             self._fail(target, now, "install_failed", f"{exc.strerror or exc}: {exc.filename or ''}")
             return
         remove_tree(staging)
         self._seed(version, documents.torrent)
+        if delta is not None and kept:
+            self._seed(delta.key, delta.torrent)
         self._collect()
+
+    def _keep_delta(self, plan: DeltaPlan) -> bool:
+        """Keep the applied delta beside its installed version, to seed it; a failure is
+        logged (the version is installed all the same)."""
+        try:
+            install_delta(self.data_dir, plan.version, plan.base,
+                          self.layout.staged_delta(plan.version, plan.base), plan.torrent)
+        except OSError as exc:
+            log_event(log, logging.WARNING, "delta_not_kept", version=plan.version,
+                      delta_from=plan.base, error=exc)
+            return False
+        return True
 
     def _reinstate(self, target: _Target, now: float) -> None:
         """Flip to a version that is still installed (a rollback), after checking it."""
@@ -445,7 +606,7 @@ class AgentDaemon:
             self._seed(target.version, target.announcement.torrent)
         self._collect()
 
-    def _swap(self, target: _Target, now: float, *, downloaded: bool) -> None:
+    def _swap(self, target: _Target, now: float, *, downloaded: bool, delta_from: int | None = None) -> None:
         previous = self.layout.current_version()
         activate(self.data_dir, target.version)
         latency = self._clock() - target.seen_at
@@ -453,9 +614,10 @@ class AgentDaemon:
         self._publish_current(target.version)
         self._target = None
         self._last_swap = {"version": target.version, "previous": previous,
-                           "latency_s": round(latency, 3), "at": time.time()}
+                           "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from}
         log_event(log, logging.INFO, "swapped", version=target.version, previous=previous,
-                  latency_s=latency, downloaded=downloaded, pinned=target.announcement.pointer.pinned)
+                  latency_s=latency, downloaded=downloaded, delta_from=delta_from,
+                  pinned=target.announcement.pointer.pinned)
 
     def _fail(self, target: _Target, now: float, event: str, error: str, **fields: object) -> None:
         delay = target.backoff.next_delay()
@@ -482,14 +644,33 @@ class AgentDaemon:
             decision = decide(announcement.pointer, current, self._last_sequence)
             if decision.action is not Action.INSTALL:
                 continue
-            resume = None
-            with contextlib.suppress(FileNotFoundError):
-                resume = self.layout.resume_in(staging).read_bytes()
+            delta = self._recover_delta(staging, announcement)
+            resume = read_if_present(
+                self.layout.resume_in(staging) if delta is None
+                else self.layout.delta_resume_file(delta.version, delta.base))
             candidates.append(_Target(announcement, seen_at=self._clock(),
-                                      backoff=self._new_backoff(), resume=resume))
+                                      backoff=self._new_backoff(), resume=resume, delta=delta))
         if not candidates:
             return None
         return max(candidates, key=lambda t: t.announcement.pointer.sequence)
+
+    def _recover_delta(self, staging: Path, announcement: Announcement) -> DeltaPlan | None:
+        """The delta whose download ``staging`` holds (its torrent kept there), if its base
+        is still installed and it is still the manifest's."""
+        if not self.config.install.deltas:
+            return None
+        version = announcement.version
+        for base in self.layout.staged_delta_bases(staging):
+            entry = announcement.manifest.delta_from(base)
+            torrent = read_if_present(self.layout.staged_delta_torrent(version, base))
+            if entry is None or torrent is None or not self.layout.filter_file(base).is_file():
+                continue
+            try:
+                check_delta_torrent(entry, torrent)
+            except DeltaFallback:
+                continue
+            return DeltaPlan(entry=entry, version=version, torrent=torrent)
+        return None
 
     def _store_documents(self, staging: Path, documents: SignedDocuments) -> None:
         for name, path in self.layout.staged_documents(staging).items():
@@ -509,33 +690,43 @@ class AgentDaemon:
         target = self._target
         if target is None or not target.started:
             return
-        data = self.transfer.save_resume_data(timeout).get(target.version)
+        data = self.transfer.save_resume_data(timeout).get(target.key)
         if data is not None and self.layout.staging_dir(target.version).is_dir():
-            write_atomically(self.layout.resume_file(target.version), [data], mode=0o644)
+            delta = target.delta
+            path = (self.layout.resume_file(target.version) if delta is None
+                    else self.layout.delta_resume_file(delta.version, delta.base))
+            write_atomically(path, [data], mode=0o644)
 
     def _collect(self) -> None:
         downloading = self._target.version if self._target is not None else None
         collected = collect_garbage(self.data_dir, self.config.install.keep_versions,
-                                    self._remove_transfer, downloading=downloading)
+                                    self._stop_version, downloading=downloading)
         if collected.versions or collected.leftovers:
             log_event(log, logging.INFO, "garbage_collected",
                       versions=",".join(map(str, collected.versions)) or None,
                       leftovers=",".join(collected.leftovers) or None)
 
-    def _seed(self, version: int, torrent: bytes) -> None:
-        """Seed an installed version; a failure is logged (the version still serves locally)."""
+    def _seed(self, key: TransferKey, torrent: bytes) -> None:
+        """Seed an installed version's file, or a delta kept beside it; a failure is logged
+        (the version still serves locally)."""
         try:
-            self.transfer.seed(version, torrent, self.layout.version_dir(version))
+            self.transfer.seed(key, torrent, self.layout.version_dir(key_version(key)))
         except Exception as exc:
-            log_event(log, logging.WARNING, "seed_failed", version=version, error=exc)
+            log_event(log, logging.WARNING, "seed_failed", version=key_label(key), error=exc)
 
-    def _remove_transfer(self, version: int) -> None:
-        """Stop transferring ``version``, counting its last bytes first."""
-        status = self.transfer.status(version)
+    def _remove_transfer(self, key: TransferKey) -> None:
+        """Stop transferring ``key``, counting its last bytes first."""
+        status = self.transfer.status(key)
         if status is not None:
             self.metrics.account(status)
-        self.transfer.remove(version)
-        self.metrics.forget(version)
+        self.transfer.remove(key)
+        self.metrics.forget(key)
+
+    def _stop_version(self, version: int) -> None:
+        """Stop transferring ``version``'s file and its deltas (before GC deletes them)."""
+        for key in self.transfer.versions():
+            if key_version(key) == version:
+                self._remove_transfer(key)
 
     # -- status ----------------------------------------------------------------------------
 
@@ -581,21 +772,24 @@ class AgentDaemon:
 
     def _observe(self) -> None:
         self._check_freshness()
-        statuses = [s for v in self.transfer.versions() if (s := self.transfer.status(v)) is not None]
-        downloading = self._target.version if self._target is not None else None
+        statuses = [s for k in self.transfer.versions() if (s := self.transfer.status(k)) is not None]
+        downloading = self._target.key if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
         self._refresh_status(statuses)
 
     def _refresh_status(self, statuses: list[TransferStatus] | None = None) -> None:
         statuses = statuses or []
         target = self._target
-        by_version = {s.version: s for s in statuses}
+        by_key = {s.key: s for s in statuses}
+        seeding = [s for s in statuses if s.state == "seeding"]
         download: dict[str, Any] | None = None
         if target is not None:
-            status = by_version.get(target.version)
+            status = by_key.get(target.key)
             download = {
                 "version": target.version,
                 "size": target.manifest.size,
+                "delta_from": target.delta.base if target.delta is not None else None,
+                "delta_size": target.delta.entry.size if target.delta is not None else None,
                 "state": status.state if status is not None and target.started else "waiting",
                 "progress": status.progress if status is not None and target.started else 0.0,
                 "peers": status.peers if status is not None else 0,
@@ -607,7 +801,8 @@ class AgentDaemon:
             "ready": self.metrics.is_ready,
             "current_version": self.layout.current_version(),
             "installed_versions": installed_versions(self.data_dir),
-            "seeding": sorted(s.version for s in statuses if s.state == "seeding"),
+            "seeding": sorted(s.version for s in seeding if s.base is None),
+            "seeding_deltas": [key_label(s.key) for s in seeding if s.base is not None],
             "download": download,
             "last_sequence": self._last_sequence,
             "poll_in_flight_s": self._poll_in_flight(),

@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import DirectConfig
-from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
+from .transfer import (
+    DeltaKey,
+    OriginURL,
+    OriginURLFactory,
+    TransferKey,
+    TransferState,
+    TransferStatus,
+    key_label,
+    key_order,
+)
 from .verify import CheckFailed, read_torrent
 
 log = logging.getLogger("bloomswarm.agent.direct")
@@ -35,9 +44,10 @@ _JOIN_TIMEOUT_S = 2.0
 
 @dataclass
 class _Job:
-    """One version's download (or a recorded seed), shared with its thread under a lock."""
+    """One file's download (a version's or a delta; or a recorded seed), shared with its
+    thread under a lock."""
 
-    version: int
+    key: TransferKey
     path: Path
     total: int
     state: TransferState
@@ -49,8 +59,9 @@ class _Job:
 
     def snapshot(self) -> TransferStatus:
         finished = self.state == "seeding"
+        key = self.key
         return TransferStatus(
-            version=self.version,
+            version=key.version if isinstance(key, DeltaKey) else key,
             state=self.state,
             progress=1.0 if finished else min(self.on_disk / self.total, 1.0) if self.total else 0.0,
             total_bytes=self.total,
@@ -61,6 +72,7 @@ class _Job:
             hash_failures=0,
             finished=finished,
             error=self.error,
+            base=key.base if isinstance(key, DeltaKey) else None,
         )
 
 
@@ -73,12 +85,12 @@ class DirectTransfer:
 
     def __init__(self, config: DirectConfig | None = None) -> None:
         self.config = config or DirectConfig()
-        self._jobs: dict[int, _Job] = {}
+        self._jobs: dict[TransferKey, _Job] = {}
         self._lock = threading.Lock()
 
     def start_download(
         self,
-        version: int,
+        key: TransferKey,
         torrent: bytes,
         save_dir: Path,
         origin: OriginURLFactory | None,
@@ -86,60 +98,60 @@ class DirectTransfer:
         resume_data: bytes | None = None,
     ) -> None:
         """See :meth:`Transfer.start_download`. Replaces any job of the same version."""
-        self.remove(version)
+        self.remove(key)
         try:
             summary = read_torrent(torrent)
         except CheckFailed as exc:
-            self._set(_Job(version, save_dir, 0, "error", error=str(exc)))
+            self._set(_Job(key, save_dir, 0, "error", error=str(exc)))
             return
-        job = _Job(version, save_dir / summary.file_name, summary.total_size, "downloading")
+        job = _Job(key, save_dir / summary.file_name, summary.total_size, "downloading")
         if origin is None:
             job.state, job.error = "error", "the direct transfer needs an origin URL"
             self._set(job)
             return
         job.stop = threading.Event()
         job.thread = threading.Thread(
-            target=self._run, args=(job, origin), name=f"direct-v{version}", daemon=True
+            target=self._run, args=(job, origin), name=f"direct-{key_label(key)}", daemon=True
         )
         self._set(job)
         job.thread.start()
 
-    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
+    def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """Record ``version`` as seeded (nothing is served)."""
-        self.remove(version)
+        self.remove(key)
         try:
             summary = read_torrent(torrent)
         except CheckFailed as exc:
-            self._set(_Job(version, file_dir, 0, "error", error=str(exc)))
+            self._set(_Job(key, file_dir, 0, "error", error=str(exc)))
             return
         self._set(
-            _Job(version, file_dir / summary.file_name, summary.total_size, "seeding",
+            _Job(key, file_dir / summary.file_name, summary.total_size, "seeding",
                  on_disk=summary.total_size)
         )
 
-    def remove(self, version: int) -> None:
+    def remove(self, key: TransferKey) -> None:
         """Stop the version's download (waits up to 2 s for its thread) and forget it."""
         with self._lock:
-            job = self._jobs.pop(version, None)
+            job = self._jobs.pop(key, None)
         if job is not None and job.stop is not None and job.thread is not None:
             job.stop.set()
             job.thread.join(_JOIN_TIMEOUT_S)
 
-    def status(self, version: int) -> TransferStatus | None:
+    def status(self, key: TransferKey) -> TransferStatus | None:
         """See :meth:`Transfer.status`."""
         with self._lock:
-            job = self._jobs.get(version)
+            job = self._jobs.get(key)
             return job.snapshot() if job is not None else None
 
-    def versions(self) -> list[int]:
+    def versions(self) -> list[TransferKey]:
         """See :meth:`Transfer.versions`."""
         with self._lock:
-            return sorted(self._jobs)
+            return sorted(self._jobs, key=key_order)
 
     def poll(self) -> None:
         """Nothing to do: the threads report through the status."""
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
+    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """The byte offset of every unfinished download, as JSON."""
         with self._lock:
             return {
@@ -150,14 +162,14 @@ class DirectTransfer:
 
     def close(self) -> None:
         """Stop every download."""
-        for version in self.versions():
-            self.remove(version)
+        for key in self.versions():
+            self.remove(key)
 
     # -- the download thread -------------------------------------------------------------
 
     def _set(self, job: _Job) -> None:
         with self._lock:
-            self._jobs[job.version] = job
+            self._jobs[job.key] = job
 
     def _update(self, job: _Job, **changes: object) -> None:
         with self._lock:
@@ -174,7 +186,7 @@ class DirectTransfer:
                 return
             except Exception as exc:  # HTTP, socket, file and URL-factory errors alike
                 error = _describe(exc)
-                log.info("direct download of v%d failed (attempt %d): %s", job.version, attempt, error)
+                log.info("direct download of %s failed (attempt %d): %s", key_label(job.key), attempt, error)
                 if attempt == _ATTEMPTS or not _transient(exc) or job.stop.wait(0.5 * attempt):
                     break
                 continue

@@ -116,6 +116,20 @@ def install_version(
     return target
 
 
+def install_delta(data_dir: Path, version: int, base: int, staged_delta: Path, torrent: bytes) -> None:
+    """Keep the delta from ``base`` that produced installed ``version`` beside it, read-only,
+    with its torrent (so it is seeded, and deleted with the version). The torrent is
+    written first: a delta file is only ever kept with its torrent."""
+    layout = DataDir(data_dir)
+    os.chmod(staged_delta, READ_ONLY)
+    torrent_file = layout.delta_torrent_file(version, base)
+    if torrent_file.exists():
+        torrent_file.unlink()
+    write_atomically(torrent_file, [torrent], mode=READ_ONLY)
+    os.rename(staged_delta, layout.delta_file(version, base))
+    fsync_directory(layout.version_dir(version))
+
+
 def activate(data_dir: Path, version: int) -> None:
     """Flip ``current`` to the installed ``version`` (atomic, durable; see
     :meth:`DataDir.flip_current`)."""
@@ -168,6 +182,7 @@ __all__ = [
     "InstalledDocuments",
     "activate",
     "check_capacity",
+    "install_delta",
     "install_version",
     "is_installed",
     "prepare_data_dir",

@@ -17,11 +17,12 @@ is called. Three parts:
   ``save_dir``, and counts bytes from peers and from the origin like the real transfers. Without
   an origin URL and without a peer that has the next piece, a download waits (peers only).
 
-Faults are injected per version and used up by the downloads that meet them:
+Faults are injected per transfer key (a version or a delta) and used up by the downloads that meet them:
 :meth:`~MemoryTransfer.inject_error` (the download ends in state ``"error"``),
 :meth:`~MemoryTransfer.inject_corruption` (it finishes with one byte wrong: same size, so the
-daemon's SHA-256 check catches it) and :meth:`~MemoryTransfer.inject_hash_failures` (pieces fail
-their hash check once, are counted in ``hash_failures`` and fetched again).
+daemon's SHA-256 check catches it), :meth:`~MemoryTransfer.inject_hash_failures` (pieces fail
+their hash check once, are counted in ``hash_failures`` and fetched again) and
+:meth:`~MemoryTransfer.inject_stall` (it never progresses).
 
 Resume data is the byte offset, as for :class:`~.direct.DirectTransfer`, and again the file on
 disk is the truth: a download continues from the bytes already in ``save_dir``. Not thread-safe:
@@ -42,7 +43,15 @@ from pathlib import Path
 from bloomswarm.common.errors import BloomswarmError, StorageError, VerificationError
 from bloomswarm.common.storage import ObjectStore, StoredObject
 
-from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
+from .transfer import (
+    DeltaKey,
+    OriginURL,
+    OriginURLFactory,
+    TransferKey,
+    TransferState,
+    TransferStatus,
+    key_order,
+)
 from .verify import read_torrent
 
 SCHEME = "memory://"
@@ -122,13 +131,14 @@ class _Faults:
     error_message: str = "injected transfer error"
     corruptions: int = 0
     hash_failures: int = 0
+    stalls: int = 0
 
 
 @dataclass
 class _Job:
-    """One version being downloaded or seeded."""
+    """One file (a version's or a delta) being downloaded or seeded."""
 
-    version: int
+    key: TransferKey
     path: Path
     swarm: str
     """The torrent's info-hash(es): jobs of the same swarm serve each other."""
@@ -143,6 +153,8 @@ class _Job:
     uploaded: int = 0
     hash_failures: int = 0
     error: str | None = None
+    stalled: bool = False
+    """No source answers: the download never progresses."""
 
 
 class MemoryTransfer:
@@ -165,8 +177,8 @@ class MemoryTransfer:
         self.pieces_per_poll = pieces_per_poll
         self._peers = peers
         self._clock = clock
-        self._jobs: dict[int, _Job] = {}
-        self._faults: dict[int, _Faults] = {}
+        self._jobs: dict[TransferKey, _Job] = {}
+        self._faults: dict[TransferKey, _Faults] = {}
         self.url_requests = 0
         """How often a URL factory was called (a fresh URL for a download)."""
         if peers is not None:
@@ -174,27 +186,34 @@ class MemoryTransfer:
 
     # -- fault injection -----------------------------------------------------------------
 
-    def inject_error(self, version: int, message: str = "injected transfer error", *, times: int = 1) -> None:
-        """The version's next ``times`` downloads end in state ``"error"`` with ``message``
-        at their next poll (a download under way included)."""
-        faults = self._faults.setdefault(version, _Faults())
+    def inject_error(
+        self, key: TransferKey, message: str = "injected transfer error", *, times: int = 1
+    ) -> None:
+        """The next ``times`` downloads of ``key`` (a version or a delta) end in state
+        ``"error"`` with ``message`` at their next poll (a download under way included)."""
+        faults = self._faults.setdefault(key, _Faults())
         faults.errors += times
         faults.error_message = message
 
-    def inject_corruption(self, version: int, *, times: int = 1) -> None:
+    def inject_corruption(self, key: TransferKey, *, times: int = 1) -> None:
         """The version's next ``times`` downloads finish with their last byte flipped."""
-        self._faults.setdefault(version, _Faults()).corruptions += times
+        self._faults.setdefault(key, _Faults()).corruptions += times
 
-    def inject_hash_failures(self, version: int, pieces: int) -> None:
+    def inject_stall(self, key: TransferKey, *, times: int = 1) -> None:
+        """The next ``times`` downloads of ``key`` never progress (no peer nor origin
+        answers), without an error: what a download with silent sources looks like."""
+        self._faults.setdefault(key, _Faults()).stalls += times
+
+    def inject_hash_failures(self, key: TransferKey, pieces: int) -> None:
         """The version's next ``pieces`` pieces fail their hash check once each: counted in
         ``hash_failures`` and fetched (and counted as received) again."""
-        self._faults.setdefault(version, _Faults()).hash_failures += pieces
+        self._faults.setdefault(key, _Faults()).hash_failures += pieces
 
     # -- the Transfer protocol -----------------------------------------------------------
 
     def start_download(
         self,
-        version: int,
+        key: TransferKey,
         torrent: bytes,
         save_dir: Path,
         origin: OriginURLFactory | None,
@@ -204,33 +223,37 @@ class MemoryTransfer:
         """See :meth:`~.transfer.Transfer.start_download`. Replaces any job of the same
         version; continues from the bytes already in ``save_dir`` (``resume_data`` is not
         needed)."""
-        self.remove(version)
-        job = self._job(version, torrent, save_dir, "downloading")
+        self.remove(key)
+        job = self._job(key, torrent, save_dir, "downloading")
         if job.state == "downloading":
             job.origin = origin
             size = job.path.stat().st_size if job.path.is_file() else 0
             job.on_disk = size if size <= job.total else 0  # longer: not this file, start over
-        self._jobs[version] = job
+            faults = self._faults.get(key)
+            if faults is not None and faults.stalls > 0:
+                faults.stalls -= 1
+                job.stalled = True
+        self._jobs[key] = job
 
-    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
+    def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """See :meth:`~.transfer.Transfer.seed`: peers of the group read the file from ``file_dir``."""
-        self.remove(version)
-        job = self._job(version, torrent, file_dir, "seeding")
+        self.remove(key)
+        job = self._job(key, torrent, file_dir, "seeding")
         job.on_disk = job.total if job.state == "seeding" else 0
-        self._jobs[version] = job
+        self._jobs[key] = job
 
-    def remove(self, version: int) -> None:
+    def remove(self, key: TransferKey) -> None:
         """See :meth:`~.transfer.Transfer.remove`."""
-        self._jobs.pop(version, None)
+        self._jobs.pop(key, None)
 
-    def status(self, version: int) -> TransferStatus | None:
+    def status(self, key: TransferKey) -> TransferStatus | None:
         """See :meth:`~.transfer.Transfer.status`."""
-        job = self._jobs.get(version)
+        job = self._jobs.get(key)
         if job is None:
             return None
         finished = job.state == "seeding"
         return TransferStatus(
-            version=version,
+            version=key.version if isinstance(key, DeltaKey) else key,
             state=job.state,
             progress=1.0 if finished else job.on_disk / job.total if job.total else 0.0,
             total_bytes=job.total,
@@ -241,11 +264,12 @@ class MemoryTransfer:
             hash_failures=job.hash_failures,
             finished=finished,
             error=job.error,
+            base=key.base if isinstance(key, DeltaKey) else None,
         )
 
-    def versions(self) -> list[int]:
+    def versions(self) -> list[TransferKey]:
         """See :meth:`~.transfer.Transfer.versions`."""
-        return sorted(self._jobs)
+        return sorted(self._jobs, key=key_order)
 
     def poll(self) -> None:
         """Advance every download by up to ``pieces_per_poll`` pieces; apply injected faults."""
@@ -253,7 +277,7 @@ class MemoryTransfer:
             if job.state == "downloading":
                 self._advance(job)
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
+    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """The byte offset of every unfinished download, as JSON."""
         return {
             v: json.dumps({"offset": job.on_disk}).encode()
@@ -269,20 +293,22 @@ class MemoryTransfer:
 
     # -- downloading ---------------------------------------------------------------------
 
-    def _job(self, version: int, torrent: bytes, directory: Path, state: TransferState) -> _Job:
+    def _job(self, key: TransferKey, torrent: bytes, directory: Path, state: TransferState) -> _Job:
         try:
             summary = read_torrent(torrent)
         except VerificationError as exc:
-            return _Job(version, directory, "", 0, 1, "error", error=str(exc))
+            return _Job(key, directory, "", 0, 1, "error", error=str(exc))
         swarm = f"{summary.info_hash_v1}/{summary.info_hash_v2 or ''}"
-        return _Job(version, directory / summary.file_name, swarm, summary.total_size,
+        return _Job(key, directory / summary.file_name, swarm, summary.total_size,
                     summary.piece_size, state)
 
     def _advance(self, job: _Job) -> None:
-        faults = self._faults.get(job.version)
+        faults = self._faults.get(job.key)
         if faults is not None and faults.errors > 0:
             faults.errors -= 1
             job.state, job.error = "error", faults.error_message
+            return
+        if job.stalled:
             return
         pieces = 0
         while job.on_disk < job.total and (self.pieces_per_poll is None or pieces < self.pieces_per_poll):

@@ -31,6 +31,14 @@ name                                        type       meaning
 ``swaps_total``                             counter    flips of ``current``
 ``swap_latency_seconds``                    histogram  announcement first seen -> ``current``
                                                        flipped
+``delta_bytes_total``                       counter    payload bytes of deltas received (from
+                                                       agents and the origin; also counted
+                                                       in the two ``bytes_from_*`` above)
+``delta_installs_total``                    counter    versions installed from a delta
+``delta_fallbacks_total{reason}``           counter    deltas given up for the full file:
+                                                       base_missing, missing, delta_hash,
+                                                       base_modified, corrupt, wrong_result,
+                                                       stalled (see daemon.py)
 ==========================================  =========  ======================================
 
 A dedicated :class:`~prometheus_client.CollectorRegistry` keeps these apart from any
@@ -54,7 +62,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from .transfer import TransferStatus
+from .transfer import TransferKey, TransferStatus, key_version
 
 PREFIX = "bloomswarm_agent_"
 SWAP_LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
@@ -143,7 +151,21 @@ class AgentMetrics:
             buckets=SWAP_LATENCY_BUCKETS,
             registry=r,
         )
-        self._seen: dict[int, TransferStatus] = {}
+        self.delta_bytes = Counter(
+            PREFIX + "delta_bytes",
+            "Payload bytes of deltas received from agents and the origin",
+            registry=r,
+        )
+        self.delta_installs = Counter(
+            PREFIX + "delta_installs", "Versions installed from a delta", registry=r
+        )
+        self.delta_fallbacks = Counter(
+            PREFIX + "delta_fallbacks",
+            "Deltas given up for the full file, by reason",
+            ["reason"],
+            registry=r,
+        )
+        self._seen: dict[TransferKey, TransferStatus] = {}
         self._lock = threading.Lock()
         self._ready = False
 
@@ -184,7 +206,8 @@ class AgentMetrics:
         the transfer restarted: all of it is new).
         """
         with self._lock:
-            old = self._seen.get(status.version)
+            old = self._seen.get(status.key)
+            received = 0
             for counter, attr in (
                 (self.bytes_from_peers, "bytes_from_peers"),
                 (self.bytes_from_origin, "bytes_from_origin"),
@@ -196,24 +219,30 @@ class AgentMetrics:
                 delta = new_total - old_total if new_total >= old_total else new_total
                 if delta > 0:
                     counter.inc(delta)
-            self._seen[status.version] = status
+                    if attr.startswith("bytes_from_"):
+                        received += delta
+            if status.base is not None and received > 0:
+                self.delta_bytes.inc(received)
+            self._seen[status.key] = status
 
-    def forget(self, version: int) -> None:
-        """The version's transfer was removed: a later one starts counting from zero."""
+    def forget(self, key: TransferKey) -> None:
+        """The transfer of ``key`` was removed: a later one starts counting from zero."""
         with self._lock:
-            self._seen.pop(version, None)
+            self._seen.pop(key, None)
 
-    def observe_transfers(self, statuses: Iterable[TransferStatus], downloading: int | None) -> None:
+    def observe_transfers(
+        self, statuses: Iterable[TransferStatus], downloading: TransferKey | None
+    ) -> None:
         """Update every transfer metric from fresh snapshots of all transfers."""
         statuses = list(statuses)
         for status in statuses:
             self.account(status)
         with self._lock:
-            for version in set(self._seen) - {s.version for s in statuses}:
-                del self._seen[version]
+            for key in set(self._seen) - {s.key for s in statuses}:
+                del self._seen[key]
         self.peers.set(sum(s.peers for s in statuses))
-        progress = next((s.progress for s in statuses if s.version == downloading), 0.0)
-        self.download_version.set(downloading or 0)
+        progress = next((s.progress for s in statuses if s.key == downloading), 0.0)
+        self.download_version.set(key_version(downloading) if downloading is not None else 0)
         self.download_progress.set(progress if downloading is not None else 0.0)
 
     def samples(self) -> dict[str, float]:

@@ -49,7 +49,7 @@ from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
 from .session_settings import session_settings
 from .swarm_torrent import CHECKING, NO_ORIGIN, FactoryLink, SwarmTorrent, endpoint, is_web_seed
-from .transfer import OriginURLFactory, TransferStatus
+from .transfer import OriginURLFactory, TransferKey, TransferStatus, key_label, key_order
 
 __all__ = ["Swarm", "SwarmConfig", "session_settings"]
 
@@ -61,8 +61,9 @@ class Swarm:
 
     ``clock`` (monotonic seconds) and ``rng`` are for tests. The session listens as soon
     as the object exists; :meth:`close` (or leaving a ``with`` block) releases it. Beyond
-    the protocol: :meth:`listen_port` (what other agents bootstrap their DHT from) and
-    :meth:`origin_in_use`, and read-only views for tests (:meth:`piece_priorities`,
+    the protocol: :meth:`listen_port` (what other agents bootstrap their DHT from),
+    :meth:`connect` (a peer at a known address) and :meth:`origin_in_use`, and read-only
+    views for tests (:meth:`piece_priorities`,
     :meth:`web_seeds`, :meth:`trackers`).
     """
 
@@ -77,7 +78,7 @@ class Swarm:
         self._clock = clock
         self._rng = rng or random.Random()
         self._session: lt.session | None = lt.session(session_settings(self.config))
-        self._torrents: dict[int, SwarmTorrent] = {}
+        self._torrents: dict[TransferKey, SwarmTorrent] = {}
         self._by_handle: dict[lt.torrent_handle, SwarmTorrent] = {}
         self._resume: dict[lt.torrent_handle, bytes | None] = {}
         self._dropped_warned = False
@@ -87,14 +88,14 @@ class Swarm:
 
     def start_download(
         self,
-        version: int,
+        key: TransferKey,
         torrent: bytes,
         save_dir: Path,
         origin: OriginURLFactory | None,
         *,
         resume_data: bytes | None = None,
     ) -> None:
-        """Begin fetching ``version`` into ``save_dir`` (see the protocol).
+        """Begin fetching ``key`` into ``save_dir`` (see the protocol).
 
         Raises FormatError when ``torrent`` is not a valid torrent, and ValueError when the
         same torrent is already in the session under another version. A version already
@@ -105,12 +106,12 @@ class Swarm:
         info = self._torrent_info(torrent)
         params: lt.add_torrent_params | None = None
         if resume_data is not None:
-            params = self._read_resume(resume_data, info, version)
+            params = self._read_resume(resume_data, info, key)
         if params is None:
             params = lt.add_torrent_params()
-        self._add(version, info, params, save_dir, seeding=False, origin=origin)
+        self._add(key, info, params, save_dir, seeding=False, origin=origin)
 
-    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
+    def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """Serve ``version`` from the complete, verified file in ``file_dir``.
 
         The torrent is added in seed mode: nothing is hashed up front (libtorrent still
@@ -121,27 +122,27 @@ class Swarm:
         info = self._torrent_info(torrent)
         params = lt.add_torrent_params()
         params.flags |= lt.torrent_flags.seed_mode
-        self._add(version, info, params, file_dir, seeding=True, origin=None)
+        self._add(key, info, params, file_dir, seeding=True, origin=None)
 
-    def remove(self, version: int) -> None:
+    def remove(self, key: TransferKey) -> None:
         """Stop transferring ``version``; its files stay. Unknown versions are ignored."""
-        record = self._torrents.pop(version, None)
+        record = self._torrents.pop(key, None)
         if record is None:
             return
         self._by_handle.pop(record.handle, None)
         self._resume.pop(record.handle, None)
         with contextlib.suppress(RuntimeError):
             self._ses.remove_torrent(record.handle)
-        log.info("v%d: removed from the swarm", version)
+        log.info("%s: removed from the swarm", record.label)
 
-    def status(self, version: int) -> TransferStatus | None:
+    def status(self, key: TransferKey) -> TransferStatus | None:
         """A snapshot of ``version``'s transfer, or None when it is not in the session."""
-        record = self._torrents.get(version)
+        record = self._torrents.get(key)
         return None if record is None else record.status()
 
-    def versions(self) -> list[int]:
+    def versions(self) -> list[TransferKey]:
         """Versions in the session (downloading or seeding), ascending."""
-        return sorted(self._torrents)
+        return sorted(self._torrents, key=key_order)
 
     def poll(self) -> None:
         """Process libtorrent's events, then, for each download: update its byte counts,
@@ -157,9 +158,9 @@ class Swarm:
             try:
                 self._poll_torrent(record, now)
             except RuntimeError as exc:  # libtorrent refused an operation on this torrent
-                log.warning("v%d: %s", record.version, exc)
+                log.warning("%s: %s", record.label, exc)
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
+    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """Resume data of the unfinished downloads, by version.
 
         Asks libtorrent for each download's resume data (flushing its disk cache first, so
@@ -168,7 +169,7 @@ class Swarm:
         failed to, are left out. Other events that arrive meanwhile are processed as in
         :meth:`poll`.
         """
-        pending: dict[lt.torrent_handle, int] = {}
+        pending: dict[lt.torrent_handle, TransferKey] = {}
         for record in self._torrents.values():
             if record.seeding or record.error is not None:
                 continue
@@ -177,25 +178,25 @@ class Swarm:
                     continue
                 record.handle.save_resume_data(lt.torrent_handle.flush_disk_cache)
             except RuntimeError as exc:
-                log.warning("v%d: cannot save resume data: %s", record.version, exc)
+                log.warning("%s: cannot save resume data: %s", record.label, exc)
                 continue
-            pending[record.handle] = record.version
+            pending[record.handle] = record.key
             self._resume.pop(record.handle, None)
-        result: dict[int, bytes] = {}
+        result: dict[TransferKey, bytes] = {}
         deadline = self._clock() + timeout
         while pending:
             self._drain_alerts()
             for handle in [h for h in pending if h in self._resume]:
                 data = self._resume.pop(handle)
-                version = pending.pop(handle)
+                key = pending.pop(handle)
                 if data is not None:
-                    result[version] = data
+                    result[key] = data
             left = deadline - self._clock()
             if not pending or left <= 0:
                 break
             self._ses.wait_for_alert(int(min(left, 0.5) * 1000) + 1)
-        for version in pending.values():
-            log.warning("v%d: no resume data within %.1fs", version, timeout)
+        for key in pending.values():
+            log.warning("%s: no resume data within %.1fs", key_label(key), timeout)
         return result
 
     def close(self) -> None:
@@ -203,8 +204,8 @@ class Swarm:
         listening sockets. Idempotent."""
         if self._session is None:
             return
-        for version in list(self._torrents):
-            self.remove(version)
+        for key in list(self._torrents):
+            self.remove(key)
         self._peer_class.close()
         session, self._session = self._session, None
         del session
@@ -221,24 +222,32 @@ class Swarm:
         """The TCP (and DHT UDP) port the session listens on."""
         return int(self._ses.listen_port())
 
-    def origin_in_use(self, version: int) -> bool:
+    def connect(self, key: TransferKey, peer: tuple[str, int]) -> None:
+        """Connect ``key``'s torrent to the peer at ``peer`` (an address known beside the
+        tracker, DHT and LSD). Unknown keys are ignored."""
+        record = self._torrents.get(key)
+        if record is not None:
+            with contextlib.suppress(RuntimeError):
+                record.handle.connect_peer(peer)
+
+    def origin_in_use(self, key: TransferKey) -> bool:
         """Whether ``version``'s origin is currently added as web seed."""
-        record = self._torrents.get(version)
+        record = self._torrents.get(key)
         return record is not None and record.policy.attached is not None
 
-    def piece_priorities(self, version: int) -> list[int] | None:
+    def piece_priorities(self, key: TransferKey) -> list[int] | None:
         """``version``'s piece priorities as libtorrent holds them (None: not in the session)."""
-        record = self._torrents.get(version)
+        record = self._torrents.get(key)
         return None if record is None else [int(p) for p in record.handle.get_piece_priorities()]
 
-    def web_seeds(self, version: int) -> list[str] | None:
+    def web_seeds(self, key: TransferKey) -> list[str] | None:
         """The web seed URLs of ``version``'s torrent (None: not in the session)."""
-        record = self._torrents.get(version)
+        record = self._torrents.get(key)
         return None if record is None else [str(url) for url in record.handle.url_seeds()]
 
-    def trackers(self, version: int) -> list[str] | None:
+    def trackers(self, key: TransferKey) -> list[str] | None:
         """The tracker URLs ``version`` announces to, sorted (None: not in the session)."""
-        record = self._torrents.get(version)
+        record = self._torrents.get(key)
         return None if record is None else sorted(str(entry["url"]) for entry in record.handle.trackers())
 
     def __enter__(self) -> Swarm:
@@ -262,16 +271,18 @@ class Swarm:
             raise FormatError(f"not a valid torrent: {exc}") from exc
         return info
 
-    def _read_resume(self, data: bytes, info: lt.torrent_info, version: int) -> lt.add_torrent_params | None:
+    def _read_resume(
+        self, data: bytes, info: lt.torrent_info, key: TransferKey
+    ) -> lt.add_torrent_params | None:
         try:
             params = lt.read_resume_data(data)
         except (RuntimeError, TypeError, ValueError) as exc:
-            log.warning("v%d: ignoring unreadable resume data: %s", version, exc)
+            log.warning("%s: ignoring unreadable resume data: %s", key_label(key), exc)
             return None
         if str(params.info_hashes.v1) != str(info.info_hashes().v1) or str(
             params.info_hashes.v2
         ) != str(info.info_hashes().v2):
-            log.warning("v%d: ignoring resume data of another torrent", version)
+            log.warning("%s: ignoring resume data of another torrent", key_label(key))
             return None
         # Resume data remembers run-time web seeds (an expired URL) and the piece priorities
         # of an origin stripe (0 for pieces nobody held then): start from neither.
@@ -283,7 +294,7 @@ class Swarm:
 
     def _add(
         self,
-        version: int,
+        key: TransferKey,
         info: lt.torrent_info,
         params: lt.add_torrent_params,
         save_dir: Path,
@@ -296,13 +307,15 @@ class Swarm:
         hashes = str(info.info_hashes().v1), str(info.info_hashes().v2)
         for other in self._torrents.values():
             other_hashes = str(other.info.info_hashes().v1), str(other.info.info_hashes().v2)
-            if other.version != version and other_hashes == hashes:
-                raise ValueError(f"v{version}: the same torrent is already in the swarm as v{other.version}")
-        previous = self._torrents.get(version)
+            if other.key != key and other_hashes == hashes:
+                raise ValueError(
+                    f"{key_label(key)}: the same torrent is already in the swarm as {other.label}"
+                )
+        previous = self._torrents.get(key)
         if previous is not None:
             with contextlib.suppress(RuntimeError):
                 previous.snapshot()  # count the old handle's last bytes before it goes
-            self.remove(version)
+            self.remove(key)
         params.ti = info
         params.save_path = str(save_dir)
         params.flags &= ~lt.torrent_flags.auto_managed
@@ -315,7 +328,7 @@ class Swarm:
         try:
             handle = self._ses.add_torrent(params)
         except RuntimeError as exc:
-            raise ValueError(f"v{version}: libtorrent refused the torrent: {exc}") from exc
+            raise ValueError(f"{key_label(key)}: libtorrent refused the torrent: {exc}") from exc
         if not self.config.torrent_trackers:  # keep only the configured trackers
             handle.replace_trackers([lt.announce_entry(url) for url in trackers])
         # The origin is added at run time only, under the policy: drop any web seed written
@@ -328,14 +341,14 @@ class Swarm:
                               origin=origin is not None, now=now, rng=self._rng,
                               peer_bytes=0 if previous is None else previous.bytes_from_peers)
         record = SwarmTorrent(
-            version=version,
+            key=key,
             handle=handle,
             info=info,
             save_dir=save_dir,
             seeding=seeding,
             started=now,
             policy=policy,
-            link=NO_ORIGIN if origin is None else FactoryLink(version, origin, self._peer_class),
+            link=NO_ORIGIN if origin is None else FactoryLink(key_label(key), origin, self._peer_class),
         )
         if previous is not None:
             record.origin_before = previous.bytes_from_origin
@@ -345,11 +358,11 @@ class Swarm:
                 record.uploaded_before = previous.uploaded_before + int(
                     previous.handle.status().total_payload_upload
                 )
-        self._torrents[version] = record
+        self._torrents[key] = record
         self._by_handle[handle] = record
         log.info(
-            "v%d: %s %s in %s (%d bytes, %d pieces)",
-            version,
+            "%s: %s %s in %s (%d bytes, %d pieces)",
+            record.label,
             "seeding" if seeding else "downloading",
             hashes[0],
             save_dir,
@@ -370,7 +383,7 @@ class Swarm:
                 record = by_handle.get(alert.handle)
                 if record is not None:
                     record.hash_failures += 1
-                    log.warning("v%d: piece %d failed its hash check", record.version, alert.piece_index)
+                    log.warning("%s: piece %d failed its hash check", record.label, alert.piece_index)
             elif isinstance(alert, lt.save_resume_data_alert):
                 self._resume[alert.handle] = bytes(lt.write_resume_data_buf(alert.params))
             elif isinstance(alert, lt.save_resume_data_failed_alert):
@@ -384,7 +397,7 @@ class Swarm:
                 record = by_handle.get(alert.handle)
                 if record is not None:
                     record.error = alert.message()
-                    log.error("v%d: %s", record.version, alert.message())
+                    log.error("%s: %s", record.label, alert.message())
             elif isinstance(alert, lt.alerts_dropped_alert):
                 if not self._dropped_warned:
                     self._dropped_warned = True
@@ -397,7 +410,7 @@ class Swarm:
 
     def _log_for(self, alert: lt.torrent_alert, level: int, message: str) -> None:
         record = self._by_handle.get(alert.handle)
-        prefix = f"v{record.version}: " if record is not None else ""
+        prefix = f"{record.label}: " if record is not None else ""
         log.log(level, prefix + message, alert.message())
 
     def _on_dht_peers(self, alert: lt.dht_get_peers_reply_alert) -> None:
@@ -416,7 +429,7 @@ class Swarm:
         record = self._by_handle.get(alert.handle)
         if record is None or not record.policy.has_origin:
             return
-        log.warning("v%d: origin failed: %s", record.version, alert.message())
+        log.warning("%s: origin failed: %s", record.label, alert.message())
         decision = record.policy.origin_failed(str(alert.server_url()), self._clock())
         with contextlib.suppress(RuntimeError):
             self._apply(record, decision)
@@ -451,14 +464,14 @@ class Swarm:
                 handle.prioritize_pieces(list(decision.priorities))
         stripes = record.policy.stripes
         if decision.stripe is not None and stripes is not None:
-            log.info("v%d: origin stripe %d of %d", record.version, decision.stripe, stripes.stripes)
+            log.info("%s: origin stripe %d of %d", record.label, decision.stripe, stripes.stripes)
         change = decision.web_seed
         if isinstance(change, Attach):
             handle.add_url_seed(change.url)
             assert tick is not None
             now, st, peers = tick
-            log.info("v%d: origin on (%s; %.1fs after start, %d peers, %.0f%% verified, %d B from peers)",
-                     record.version, self.config.origin_policy, now - record.started, peers,
+            log.info("%s: origin on (%s; %.1fs after start, %d peers, %.0f%% verified, %d B from peers)",
+                     record.label, self.config.origin_policy, now - record.started, peers,
                      100 * record.verified_fraction(st), record.bytes_from_peers)
         elif isinstance(change, Detach) and change.reason is None:  # an origin error, logged
             with contextlib.suppress(RuntimeError):
@@ -467,13 +480,13 @@ class Swarm:
             with contextlib.suppress(RuntimeError):
                 record.snapshot(origin_attached=True)  # count the web seed's bytes before it closes
                 handle.remove_url_seed(change.url)
-            log.info("v%d: origin off (%s; %d B from the origin so far)", record.version, change.reason,
+            log.info("%s: origin off (%s; %d B from the origin so far)", record.label, change.reason,
                      record.bytes_from_origin)
         elif isinstance(change, Replace):
             record.snapshot(origin_attached=True)
             handle.remove_url_seed(change.old)
             handle.add_url_seed(change.new)
-            log.info("v%d: origin URL refreshed", record.version)
+            log.info("%s: origin URL refreshed", record.label)
 
     def _reannounce(self, record: SwarmTorrent) -> None:
         """Re-announce to the trackers and the DHT (the policy asks for it while no

@@ -18,7 +18,16 @@ import libtorrent as lt
 from .byte_accounting import ByteAccounting
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import OriginLink, OriginPolicy
-from .transfer import OriginURL, OriginURLFactory, TransferState, TransferStatus
+from .transfer import (
+    DeltaKey,
+    OriginURL,
+    OriginURLFactory,
+    TransferKey,
+    TransferState,
+    TransferStatus,
+    key_label,
+    key_version,
+)
 
 log = logging.getLogger("bloomswarm.swarm")
 
@@ -28,9 +37,9 @@ CHECKING = (lt.torrent_status.checking_files, lt.torrent_status.checking_resume_
 
 @dataclass
 class SwarmTorrent:
-    """One version in the session."""
+    """One file in the session: a version's, or a delta."""
 
-    version: int
+    key: TransferKey
     handle: lt.torrent_handle
     info: lt.torrent_info
     save_dir: Path
@@ -51,6 +60,16 @@ class SwarmTorrent:
     """Payload uploaded by an earlier handle of the same version (replaced by seed())."""
     hash_failures: int = 0
     error: str | None = None
+
+    @property
+    def version(self) -> int:
+        """The version the file belongs to (a delta's target version)."""
+        return key_version(self.key)
+
+    @property
+    def label(self) -> str:
+        """The key for log lines ("v5", "v5-from-v4")."""
+        return key_label(self.key)
 
     @property
     def total_bytes(self) -> int:
@@ -112,6 +131,7 @@ class SwarmTorrent:
             bytes_from_peers=self.bytes_from_peers, bytes_from_origin=self.bytes_from_origin,
             bytes_uploaded=self.uploaded_before + uploaded, peers=peers,
             hash_failures=self.hash_failures, finished=finished, error=error,
+            base=self.key.base if isinstance(self.key, DeltaKey) else None,
         )
 
     def verified_fraction(self, st: lt.torrent_status) -> float:
@@ -131,8 +151,8 @@ class FactoryLink:
     """The :class:`~.origin_policy.OriginLink` of one download: its URL factory (whose
     failures are logged, never raised), and the origin's peer class."""
 
-    def __init__(self, version: int, factory: OriginURLFactory, peer_class: OriginPeerClass) -> None:
-        self._version = version
+    def __init__(self, label: str, factory: OriginURLFactory, peer_class: OriginPeerClass) -> None:
+        self._label = label
         self._factory = factory
         self._peer_class = peer_class
 
@@ -140,7 +160,7 @@ class FactoryLink:
         try:
             return self._factory()
         except Exception as exc:  # the factory is the daemon's code: keep the swarm alive
-            log.warning("v%d: cannot get an origin URL: %s", self._version, exc)
+            log.warning("%s: cannot get an origin URL: %s", self._label, exc)
             return None
 
     def ready(self, url: str, now: float) -> bool:

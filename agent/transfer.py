@@ -8,12 +8,17 @@ moves the bytes. Three implementations exist:
 - ``agent.direct.DirectTransfer``: a plain download from the origin (no peers), the
   "fleet without P2P" baseline of the swarm benchmark;
 - ``agent.memory_transfer.MemoryTransfer``: the in-memory twin for fast tests: no sockets,
-  no threads, downloads complete on ``poll``; it injects errors, corrupt bytes and hash
-  failures.
+  no threads, downloads complete on ``poll``; it injects errors, corrupt bytes, hash
+  failures and stalls.
+
+What is transferred is named by a :data:`TransferKey`: a plain ``int`` is version N's
+filter file, a :class:`DeltaKey` the delta that turns version ``base``'s filter into
+version ``version``'s (a torrent of its own). Implementations treat both alike: one
+torrent, one file, one status.
 
 Contract for implementations: every method is called from the daemon's one thread and
 returns quickly (no method blocks on the network, except ``save_resume_data``, which is
-bounded by its timeout). Failures of one version are reported in its status
+bounded by its timeout). Failures of one transfer are reported in its status
 (``state == "error"``), never raised from ``poll``.
 """
 
@@ -22,9 +27,40 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeAlias
 
 TransferState = Literal["checking", "downloading", "seeding", "paused", "error"]
+
+
+@dataclass(frozen=True)
+class DeltaKey:
+    """The delta from version ``base``'s filter to version ``version``'s."""
+
+    version: int
+    base: int
+
+    def __str__(self) -> str:
+        return f"v{self.version}-from-v{self.base}"
+
+
+TransferKey: TypeAlias = int | DeltaKey
+"""What one transfer moves: an ``int`` N is version N's filter file, a :class:`DeltaKey`
+a delta."""
+
+
+def key_version(key: TransferKey) -> int:
+    """The version a transfer key belongs to (a delta's target version)."""
+    return key.version if isinstance(key, DeltaKey) else key
+
+
+def key_label(key: TransferKey) -> str:
+    """A key for log lines: "v5", or "v5-from-v4" for a delta."""
+    return str(key) if isinstance(key, DeltaKey) else f"v{key}"
+
+
+def key_order(key: TransferKey) -> tuple[int, int]:
+    """Sort key: by version, the file before its deltas, deltas by base."""
+    return (key.version, key.base) if isinstance(key, DeltaKey) else (key, 0)
 
 
 @dataclass(frozen=True)
@@ -45,9 +81,10 @@ OriginURLFactory = Callable[[], OriginURL]
 
 @dataclass(frozen=True)
 class TransferStatus:
-    """A snapshot of one version's transfer."""
+    """A snapshot of one transfer (a version's file, or a delta)."""
 
     version: int
+    """The version the bytes belong to (a delta's target version)."""
     state: TransferState
     progress: float
     """Fraction of the file verified and on disk, 0..1."""
@@ -65,6 +102,13 @@ class TransferStatus:
     finished: bool
     """Every piece is on disk and passed its hash check."""
     error: str | None = None
+    base: int | None = None
+    """For a delta: the version it applies to; None for the filter file."""
+
+    @property
+    def key(self) -> TransferKey:
+        """The key of the transfer this is a snapshot of."""
+        return self.version if self.base is None else DeltaKey(self.version, self.base)
 
 
 class Transfer(Protocol):
@@ -72,14 +116,15 @@ class Transfer(Protocol):
 
     def start_download(
         self,
-        version: int,
+        key: TransferKey,
         torrent: bytes,
         save_dir: Path,
         origin: OriginURLFactory | None,
         *,
         resume_data: bytes | None = None,
     ) -> None:
-        """Begin fetching ``version`` into ``save_dir`` (a staging directory).
+        """Begin fetching ``key`` (a version's file or a delta) into ``save_dir`` (a staging
+        directory).
 
         ``torrent`` is the .torrent file's bytes (one file, named in the torrent);
         ``origin`` gives the origin URL of that file, or None for peers only.
@@ -87,28 +132,28 @@ class Transfer(Protocol):
         """
         ...
 
-    def seed(self, version: int, torrent: bytes, file_dir: Path) -> None:
-        """Serve an installed, already verified version from ``file_dir`` to peers."""
+    def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
+        """Serve an installed, already verified file (or delta) from ``file_dir`` to peers."""
         ...
 
-    def remove(self, version: int) -> None:
-        """Stop downloading or seeding ``version``; its files are left where they are."""
+    def remove(self, key: TransferKey) -> None:
+        """Stop downloading or seeding ``key``; its files are left where they are."""
         ...
 
-    def status(self, version: int) -> TransferStatus | None:
-        """The version's status, or None when it is not being transferred."""
+    def status(self, key: TransferKey) -> TransferStatus | None:
+        """The transfer's status, or None when ``key`` is not being transferred."""
         ...
 
-    def versions(self) -> list[int]:
-        """Versions being downloaded or seeded."""
+    def versions(self) -> list[TransferKey]:
+        """Keys being downloaded or seeded, in :func:`key_order`."""
         ...
 
     def poll(self) -> None:
         """Do periodic work: process events, apply the origin policy, refresh URLs."""
         ...
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[int, bytes]:
-        """Resume data of the unfinished downloads, by version."""
+    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
+        """Resume data of the unfinished downloads, by key."""
         ...
 
     def close(self) -> None:

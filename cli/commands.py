@@ -12,8 +12,12 @@ from __future__ import annotations
 COMMAND_MODULES: dict[str, dict[str, str]] = {
     "filter_commands": {
         "build": "build a filter file from keys, one per line",
-        "inspect": "print a filter file's header and statistics",
+        "inspect": "print a filter file's (or a delta file's) header and statistics",
         "query": "test keys against a filter file",
+    },
+    "delta_commands": {
+        "diff": "write the delta from one filter version to the next (same parameters)",
+        "patch": "apply a delta to the filter version it was made from",
     },
     "publish_commands": {
         "publish": "build the filter from the full data and publish it as the next version",

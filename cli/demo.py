@@ -294,6 +294,8 @@ class Demo:
         view.event(f"v{result.version} published: {keys:,} keys, {size_text(result.file_size)} "
                    f"({published.manifest.piece_size // 1024} KiB pieces); built in {result.build_s:.1f} s, "
                    f"written, uploaded and announced in {result.publish_s:.1f} s")
+        previous = published.manifest.delta_from(published.version - 1)
+        result.delta_size = previous.size if previous is not None else 0
         state.current = result
         state.phase = "distributing"
 
@@ -307,10 +309,13 @@ class Demo:
                         and agent.version >= result.version:
                     at = agent.swapped_at(result.version) or time.time()
                     result.swaps[agent.name] = at - result.announced_at
+                    if agent.swapped_by_delta(result.version):
+                        result.by_delta.add(agent.name)
                     view.event(f"  {agent.name} swapped to v{result.version} "
                                f"{result.swaps[agent.name]:.2f} s after the publish (so far from peers "
                                f"{size_text(agent.bytes_from_peers)}, from origin "
-                               f"{size_text(agent.bytes_from_origin)})")
+                               f"{size_text(agent.bytes_from_origin)}"
+                               f"{'; by delta' if agent.name in result.by_delta else ''})")
             self._refresh_client(state)
             view.update(state)
 
@@ -318,6 +323,7 @@ class Demo:
             swapped = fleet.wait_for_version(result.version, limit_s=self.args.timeout, interval_s=POLL_S,
                                              on_poll=polled)
             result.swaps.update({name: at - result.announced_at for name, at in swapped.items()})
+            result.by_delta.update(v.name for v in fleet.views() if v.swapped_by_delta(result.version))
             state.phase = "every agent swapped"
         except FleetError as exc:
             result.error = _first_line(exc)

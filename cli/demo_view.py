@@ -60,9 +60,13 @@ class RoundResult:
     swaps: dict[str, float] = field(default_factory=dict)
     """Agent name -> seconds from the announcement to its swap."""
     origin_bytes: int = 0
-    """Filter bytes the origin sent during this round."""
+    """Payload bytes (filter files and deltas) the origin sent during this round."""
     peer_bytes: float = 0.0
     """Bytes the agents received from each other during this round."""
+    delta_size: int = 0
+    """Size of the delta from the previous version that the manifest lists (0: none)."""
+    by_delta: set[str] = field(default_factory=set)
+    """Agents that installed this version by applying that delta."""
     error: str | None = None
 
     @property
@@ -81,6 +85,14 @@ class RoundResult:
     def origin_copies(self) -> float:
         """Origin bytes as a multiple of the file size."""
         return self.origin_bytes / self.file_size if self.file_size else 0.0
+
+    @property
+    def delta_text(self) -> str:
+        """The delta's size as a share of the file and how many agents used it, or "-"."""
+        if not self.delta_size or not self.file_size:
+            return "-"
+        return (f"{size_text(self.delta_size)} = {100 * self.delta_size / self.file_size:.1f}%, "
+                f"{len(self.by_delta)}/{self.agents} agents")
 
 
 @dataclass
@@ -237,7 +249,8 @@ def summary_lines(rounds: Sequence[RoundResult], client: ClientReport | None, ag
     """The summary printed at the end (also after a failure); ``setup`` describes the run."""
     lines = ["", "summary" + (f": {setup}" if setup else ""),
              f"  {'round':<6}{'version':<9}{'file':>10}{'first swap':>12}{'last swap':>11}"
-             f"{'origin':>12}{'origin/file':>13}{'from peers':>12}  result"]
+             f"{'origin':>12}{'origin/file':>13}{'from peers':>12}  "
+             f"{'delta (of the file, used by)':<32}result"]
     for result in rounds:
         first = f"{result.first_swap_s:.2f} s" if result.first_swap_s is not None else "-"
         last = f"{result.last_swap_s:.2f} s" if result.last_swap_s is not None else "-"
@@ -245,9 +258,11 @@ def summary_lines(rounds: Sequence[RoundResult], client: ClientReport | None, ag
             f"{len(result.swaps)}/{agents} agents: {result.error or 'did not converge'}")
         lines.append(f"  {result.round:<6}{'v' + str(result.version):<9}{size_text(result.file_size):>10}"
                      f"{first:>12}{last:>11}{size_text(result.origin_bytes):>12}"
-                     f"{result.origin_copies:>12.2f}x{size_text(result.peer_bytes):>12}  {outcome}")
+                     f"{result.origin_copies:>12.2f}x{size_text(result.peer_bytes):>12}  "
+                     f"{result.delta_text:<32}{outcome}")
     lines.append("  (swap times are seconds from the publish, i.e. latest.json moving, to each agent's "
-                 "swap; origin = filter bytes the S3 origin sent)")
+                 "swap; origin = filter and delta bytes the S3 origin sent; delta = the signed delta from "
+                 "the previous version, which agents holding it fetch instead of the file)")
     if client is None:
         lines.append("  lookup client: no report")
     else:

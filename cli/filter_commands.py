@@ -1,5 +1,8 @@
 """Subcommands that work on filter files: ``build``, ``inspect`` and ``query``.
 
+``inspect`` also reads a delta file's header (told apart by its magic), through
+:mod:`.delta_commands`.
+
 The handlers import the reader and the publisher's build code when they run: parsing a
 command line, or printing its ``--help``, loads neither.
 """
@@ -50,7 +53,8 @@ def register(commands: Any) -> None:
 
     inspect = commands.add_parser("inspect", help=HELP["inspect"])
     inspect.add_argument("file", type=Path)
-    inspect.add_argument("--verify", action="store_true", help="check the body's SHA-256")
+    inspect.add_argument("--verify", action="store_true",
+                         help="check the body's SHA-256 (a delta: decode its streams)")
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(handler=run_inspect)
 
@@ -125,10 +129,19 @@ def describe(f: Filter) -> dict[str, Any]:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from bloomswarm.common.delta_format import DELTA_MAGIC
     from bloomswarm.common.reader import Filter
 
-    with Filter.open(args.file, verify=args.verify) as f:
-        info = describe(f)
+    try:
+        with open(args.file, "rb") as fh:
+            is_delta = fh.read(len(DELTA_MAGIC)) == DELTA_MAGIC
+    except OSError:
+        is_delta = False  # Filter.open reports it, as for any filter
+    if is_delta:
+        info = _inspect_delta(args.file, verify=args.verify)
+    else:
+        with Filter.open(args.file, verify=args.verify) as f:
+            info = describe(f)
     if args.verify:
         info["verified"] = True
     if args.json:
@@ -138,6 +151,17 @@ def run_inspect(args: argparse.Namespace) -> int:
         for name, value in info.items():
             print(f"{name:<{width}}  {value}")
     return 0
+
+
+def _inspect_delta(path: Path, *, verify: bool) -> dict[str, Any]:
+    from bloomswarm.common.delta import read_delta_header
+
+    from .delta_commands import describe_delta, verify_delta_streams
+
+    header = read_delta_header(path)
+    if verify:
+        verify_delta_streams(path, header)
+    return describe_delta(path, header)
 
 
 def run_query(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -31,10 +32,12 @@ from .filter_commands import _add_key_options, add_build_engine_options
 from .signals import sigterm_interrupts
 
 if TYPE_CHECKING:
+    from bloomswarm.common.manifest import Manifest
     from bloomswarm.common.pointer import Pointer
     from bloomswarm.common.signing import SigningKey, VerifyKey
     from bloomswarm.common.storage import S3ObjectStore
     from bloomswarm.publisher.config import PublisherConfig
+    from bloomswarm.publisher.publish import PublishResult
 
 CONFIG_ENV = "BLOOMSWARM_CONFIG"
 
@@ -199,6 +202,7 @@ def run_publish(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.refresh import refresh_latest
     from bloomswarm.publisher.retention import apply_retention
     from bloomswarm.publisher.sources import SourceSpec
+    from bloomswarm.publisher.versions import newest_manifests
     from bloomswarm.publisher.watch import watch_and_publish
 
     config = load_cli_config(args)
@@ -222,7 +226,9 @@ def run_publish(args: argparse.Namespace) -> int:
         print(_refreshed(pointer), flush=True)
 
     def publish_once() -> None:
-        builder = build_filter(source, spec)
+        newest = newest_manifests(store, 1)
+        builder = build_filter(source, dataclasses.replace(
+            spec, sizing=config.sizing, previous=newest[0].filter if newest else None))
         if builder.key_count == 0 and not args.allow_empty:
             raise ConfigError(f"the input holds no keys ({', '.join(inputs)}): not publishing an empty "
                               "filter to the fleet (--allow-empty does)")
@@ -239,6 +245,7 @@ def run_publish(args: argparse.Namespace) -> int:
               f"{manifest.size:,} bytes, {manifest.filter.key_count:,} keys, "
               f"{manifest.torrent_format} torrent, info-hash v1 {manifest.info_hash_v1}"
               + (f" v2 {manifest.info_hash_v2}" if manifest.info_hash_v2 else ""), flush=True)
+        print(_sizing_line(result), flush=True)
         if result.latest_moved:
             print(f"latest.json -> v{result.version}", flush=True)
         elif result.pinned_at is not None:
@@ -324,6 +331,16 @@ def run_refresh(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sizing_line(result: PublishResult) -> str:
+    """Whether the version kept the previous parameters (and which deltas it lists)."""
+    if result.sizing == "resized":
+        return ("sizing: resized (new filter parameters or no earlier version): a version "
+                "without deltas")
+    deltas = ", ".join(f"v{d.base_version} ({d.size:,} bytes)" for d in result.manifest.deltas)
+    return (f"sizing: kept the parameters of v{result.previous}; "
+            + (f"deltas from {deltas}" if deltas else "no deltas (none made or all too large)"))
+
+
 def _refreshed(pointer: Pointer) -> str:
     issued = dt.datetime.fromtimestamp(pointer.issued_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     return (f"refreshed: latest.json -> v{pointer.version}{' (pinned)' if pointer.pinned else ''}, "
@@ -340,14 +357,14 @@ def run_versions(args: argparse.Namespace) -> int:
     if not folders:
         print(f"no versions in {config.s3.url}")
         return 0
-    print(f"{'VERSION':>7}  {'STATE':<20} {'SIZE':>15}  {'CREATED (UTC)':<19}  KEYS")
+    print(f"{'VERSION':>7}  {'STATE':<20} {'SIZE':>15}  {'CREATED (UTC)':<19}  {'KEYS':<13}  DELTAS FROM")
     for version in sorted(folders, reverse=True):
         folder = folders[version]
         state = "complete" if folder.complete else "claimed, unsigned" if folder.claimed \
             else "unfinished upload"
         if latest is not None and latest.pointer.version == version:
             state = "latest, pinned" if latest.pointer.pinned else "latest"
-        size = created = keys = ""
+        size = created = keys = deltas = ""
         if folder.claimed:
             try:
                 manifest = read_manifest(store, version)
@@ -358,8 +375,14 @@ def run_versions(args: argparse.Namespace) -> int:
                 created = dt.datetime.fromtimestamp(
                     manifest.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
                 keys = f"{manifest.filter.key_count:,}"
-        print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys}")
+                deltas = _deltas_column(manifest)
+        print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys:<13}  {deltas}".rstrip())
     return 0
+
+
+def _deltas_column(manifest: Manifest) -> str:
+    """"v41 (612,000), v40 (1,030,000)": each delta's base version and size in bytes."""
+    return ", ".join(f"v{d.base_version} ({d.size:,})" for d in manifest.deltas)
 
 
 # --- tracker whitelist ----------------------------------------------------------------------

@@ -4,6 +4,8 @@ Keys are relative to the store's prefix::
 
     v{N}/{attempt}/filter.bsf      the filter file, uploaded by one publish attempt
     v{N}/{attempt}/filter.torrent  its torrent (v1, or hybrid v1+v2)
+    v{N}/{attempt}/delta-from-v{B}.bsd      a delta from version B's filter to this one
+    v{N}/{attempt}/delta-from-v{B}.torrent  its torrent
     v{N}/manifest.json             the Manifest, canonical JSON; claims vN (IfNoneMatch='*')
                                    and names the attempt's two objects
     v{N}/manifest.json.sig         detached Ed25519 signature over those exact bytes (base64)
@@ -36,6 +38,12 @@ TORRENT_FILE_NAME = "filter.torrent"
 """Name of the torrent inside an attempt folder."""
 MANIFEST_FILE_NAME = "manifest.json"
 """Name of the manifest inside a version folder."""
+DELTA_FILE_PREFIX = "delta-from-v"
+"""Start of a delta's file name inside an attempt folder (then the base version)."""
+DELTA_FILE_SUFFIX = ".bsd"
+"""End of a delta file's name (:data:`bloomswarm.common.delta.DELTA_SUFFIX`)."""
+DELTA_TORRENT_SUFFIX = ".torrent"
+"""End of a delta torrent's name."""
 SIGNATURE_SUFFIX = ".sig"
 """Appended to a manifest's key (or file name) to name its detached signature."""
 
@@ -93,6 +101,22 @@ def torrent_key(version: int, attempt: str) -> str:
     return attempt_prefix(version, attempt) + TORRENT_FILE_NAME
 
 
+def delta_file_name(base: int) -> str:
+    """Name of the delta from version ``base`` inside an attempt folder (and its torrent)."""
+    return f"{DELTA_FILE_PREFIX}{_check_version(base)}{DELTA_FILE_SUFFIX}"
+
+
+def delta_key(version: int, attempt: str, base: int) -> str:
+    """Key of the delta from version ``base`` to ``version``, uploaded by ``attempt``."""
+    return attempt_prefix(version, attempt) + delta_file_name(base)
+
+
+def delta_torrent_key(version: int, attempt: str, base: int) -> str:
+    """Key of the torrent of the delta from version ``base`` to ``version``."""
+    name = f"{DELTA_FILE_PREFIX}{_check_version(base)}{DELTA_TORRENT_SUFFIX}"
+    return attempt_prefix(version, attempt) + name
+
+
 def manifest_key(version: int) -> str:
     """Key of the manifest of ``version``."""
     return version_prefix(version) + MANIFEST_FILE_NAME
@@ -121,6 +145,9 @@ def parse_version_prefix(key: str) -> int | None:
 
 
 __all__ = [
+    "DELTA_FILE_PREFIX",
+    "DELTA_FILE_SUFFIX",
+    "DELTA_TORRENT_SUFFIX",
     "FILTER_FILE_NAME",
     "LATEST_KEY",
     "MANIFEST_FILE_NAME",
@@ -129,6 +156,9 @@ __all__ = [
     "TORRENT_FILE_NAME",
     "attempt_prefix",
     "attempt_started_at",
+    "delta_file_name",
+    "delta_key",
+    "delta_torrent_key",
     "filter_key",
     "is_manifest_key",
     "manifest_key",

@@ -6,10 +6,15 @@
       versions/v42/manifest.json         its signed manifest, the manifest's signature and
       versions/v42/manifest.json.sig     its torrent, so a restarted agent can re-seed and
       versions/v42/filter.torrent        re-check it
+      versions/v42/delta-from-v41.bsd    a delta this agent fetched to get v42, and its
+      versions/v42/delta-from-v41.torrent  torrent: seeded, removed with the version
       versions/v41/...
       staging/v43/filter.bsf             a download in progress; readers never look here
       staging/v43/.resume                its resume data
       staging/v43/.latest.json ...       the announcement's signed documents, to resume it
+      staging/v43/delta-from-v42.bsd     a delta being downloaded (then applied into
+      staging/v43/.delta-from-v42.torrent  filter.bsf), its torrent and resume data; the
+      staging/v43/.delta-from-v42.resume   torrent's presence means "try the delta"
       state.json                         the agent's last accepted pointer sequence (replay guard)
 
 The filter file keeps the name it has in the bucket and in its torrent
@@ -27,7 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic_file import fsync_directory
-from .bucket_layout import FILTER_FILE_NAME, MANIFEST_FILE_NAME, SIGNATURE_SUFFIX, TORRENT_FILE_NAME
+from .bucket_layout import (
+    DELTA_FILE_PREFIX,
+    DELTA_TORRENT_SUFFIX,
+    FILTER_FILE_NAME,
+    MANIFEST_FILE_NAME,
+    SIGNATURE_SUFFIX,
+    TORRENT_FILE_NAME,
+    delta_file_name,
+)
 
 _CURRENT = "current"
 _VERSIONS = "versions"
@@ -36,6 +49,10 @@ _STATE_FILE = "state.json"
 _RESUME_FILE = ".resume"
 _FLIP_TEMP = f".{_CURRENT}.tmp-"
 _VERSION_NAME = re.compile(r"v([1-9][0-9]*)")
+_DELTA_TORRENT_NAME = re.compile(
+    r"\.?" + re.escape(DELTA_FILE_PREFIX) + r"([1-9][0-9]*)" + re.escape(DELTA_TORRENT_SUFFIX)
+)
+_DELTA_RESUME_SUFFIX = ".resume"
 
 _STAGED_DOCUMENT_FILES = {  # by the fields of agent.announcements.SignedDocuments
     "pointer_envelope": ".latest.json",
@@ -136,6 +153,22 @@ class DataDir:
         """The torrent stored beside an installed version."""
         return self.version_dir(version) / TORRENT_FILE_NAME
 
+    # -- deltas held beside an installed version ---------------------------------------
+
+    def delta_file(self, version: int, base: int) -> Path:
+        """The delta from ``base`` that produced installed ``version`` (its torrent's file
+        name, the bucket's)."""
+        return self.version_dir(version) / delta_file_name(base)
+
+    def delta_torrent_file(self, version: int, base: int) -> Path:
+        """The torrent of :meth:`delta_file`."""
+        return self.version_dir(version) / _delta_torrent_name(base)
+
+    def installed_deltas(self, version: int) -> list[int]:
+        """Bases of the deltas held beside installed ``version`` (file and torrent), ascending."""
+        return sorted(base for base in _delta_bases(self.version_dir(version), hidden=False)
+                      if self.delta_file(version, base).is_file())
+
     # -- downloads in progress ---------------------------------------------------------
 
     @property
@@ -160,6 +193,23 @@ class DataDir:
         """Resume data of the download in ``staging_dir``."""
         return staging_dir / _RESUME_FILE
 
+    def staged_delta(self, version: int, base: int) -> Path:
+        """The delta from ``base`` being downloaded into ``staging/vN``."""
+        return self.staging_dir(version) / delta_file_name(base)
+
+    def staged_delta_torrent(self, version: int, base: int) -> Path:
+        """The torrent of the delta being downloaded into ``staging/vN``."""
+        return self.staging_dir(version) / ("." + _delta_torrent_name(base))
+
+    def delta_resume_file(self, version: int, base: int) -> Path:
+        """Resume data of the delta being downloaded into ``staging/vN``."""
+        return self.staging_dir(version) / f".{DELTA_FILE_PREFIX}{base}{_DELTA_RESUME_SUFFIX}"
+
+    @staticmethod
+    def staged_delta_bases(staging_dir: Path) -> list[int]:
+        """Bases of the deltas whose torrent is kept in ``staging_dir``, ascending."""
+        return sorted(_delta_bases(staging_dir, hidden=True))
+
     @staticmethod
     def staged_documents(staging_dir: Path) -> dict[str, Path]:
         """Where the announcement's signed documents are kept in ``staging_dir``, by
@@ -173,6 +223,24 @@ class DataDir:
     def state_file(self) -> Path:
         """The agent's last accepted pointer sequence (the replay guard)."""
         return self.root / _STATE_FILE
+
+
+def _delta_torrent_name(base: int) -> str:
+    return f"{DELTA_FILE_PREFIX}{base}{DELTA_TORRENT_SUFFIX}"
+
+
+def _delta_bases(directory: Path, *, hidden: bool) -> set[int]:
+    """Bases of the delta torrents in ``directory`` (names with a leading dot: staged)."""
+    try:
+        names = [entry.name for entry in directory.iterdir()]
+    except OSError:
+        return set()
+    found: set[int] = set()
+    for name in names:
+        match = _DELTA_TORRENT_NAME.fullmatch(name)
+        if match is not None and name.startswith(".") == hidden:
+            found.add(int(match.group(1)))
+    return found
 
 
 __all__ = ["DataDir", "version_of_dir_name"]

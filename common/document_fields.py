@@ -7,7 +7,8 @@ names a missing one) and hands them to the constructor. Every fault is a FormatE
 
 Forward compatibility: both documents carry ``schema`` (1). A reader refuses an unknown
 schema, and keeps unknown top-level fields in ``extra`` (they round-trip and are
-otherwise ignored), which is how a future ``deltas`` field can join schema 1.
+otherwise ignored), which is how ``deltas`` joined schema 1: a manifest without deltas
+has no such field, so its bytes are what they were before deltas existed.
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ class Fields:
         value = self.value(name)
         if not isinstance(value, dict):
             raise FormatError(f"{self._what}: {name} must be an object, got {value!r:.60}")
+        return value
+
+    def objects(self, name: str) -> list[Mapping[str, Any]]:
+        """The JSON array of objects in field ``name``; FormatError when it is not one."""
+        value = self.value(name)
+        if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+            raise FormatError(
+                f"{self._what}: {name} must be an array of objects, got {value!r:.60}"
+            )
         return value
 
     def rest(self) -> dict[str, Any]:

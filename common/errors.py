@@ -7,6 +7,7 @@ at the boundary where they are raised, with ``raise ... from exc``.
 
     BloomswarmError
      ├── FormatError            a filter file, manifest or pointer is malformed
+     │    └── DeltaError        a delta is malformed, or does not fit its base or target
      ├── VerificationError      a signature, checksum or info-hash does not match
      │    └── CheckFailed       one check of the agent's swap gate failed (``check`` names it)
      ├── StorageError           the object store failed or refused a request
@@ -19,6 +20,7 @@ at the boundary where they are raised, with ``raise ... from exc``.
      ├── InputError             the publisher's input data cannot be read or parsed
      ├── NotReadyError          no filter version is installed yet
      ├── DownloadRefused        a version is too large for the limit or the disk (``reason``)
+     ├── DeltaFallback          the agent cannot use a delta and fetches the file (``reason``)
      └── FleetError             the local sandbox fleet could not start or did not converge
 
 Anything else that escapes is a bug, not bad input: the CLI reports it as an internal
@@ -44,6 +46,14 @@ class BloomswarmError(Exception):
 
 class FormatError(BloomswarmError):
     """A filter file, manifest or pointer is malformed, truncated or of an unknown version."""
+
+
+class DeltaError(FormatError):
+    """A delta file is malformed, truncated or of an unknown version, or does not fit.
+
+    Also raised when a delta is applied to the wrong base, when its result does not match
+    the target's SHA-256, and when two files cannot be diffed (different parameters).
+    """
 
 
 class VerificationError(BloomswarmError):
@@ -118,6 +128,18 @@ class DownloadRefused(BloomswarmError):
     """A version cannot be downloaded here: too large for the configured limit or the disk.
 
     ``reason`` is "file_too_large" or "disk_space" (the metric label).
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class DeltaFallback(BloomswarmError):
+    """The agent cannot use a delta and fetches the full file instead.
+
+    ``reason`` is the label of the agent's ``delta_fallbacks_total`` metric (the list is
+    :data:`bloomswarm.agent.deltas.FALLBACK_REASONS`).
     """
 
     def __init__(self, reason: str, message: str) -> None:

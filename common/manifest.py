@@ -6,6 +6,10 @@ signature inside: see :mod:`bloomswarm.common.pointer`). What is stored and sign
 manifest's canonical JSON (:mod:`bloomswarm.common.canonical_json`); its object keys are
 in :mod:`bloomswarm.common.bucket_layout`.
 
+A manifest may list deltas (:class:`DeltaEntry`): files that turn an older version's
+filter into this one (:mod:`bloomswarm.common.delta`). The list is omitted from the JSON
+when empty, so a manifest without deltas has the bytes it had before deltas existed.
+
 Timestamps (``created_at``) are integer seconds since the Unix epoch, UTC, like the filter
 header's creation time, so the two compare directly. Field rules and forward
 compatibility (``schema``, ``extra``): :mod:`bloomswarm.common.document_fields`.
@@ -37,6 +41,64 @@ from .signing import SigningKey, VerifyKey, sign, verify
 
 MIN_PIECE_SIZE = 16 * 1024
 """BitTorrent v2 pieces are powers of two of at least 16 KiB."""
+
+
+@dataclass(frozen=True)
+class DeltaEntry:
+    """One delta a manifest lists: it turns version ``base_version``'s filter into the
+    manifest's version, and is shared over a torrent of its own.
+
+    Construction validates every field and raises FormatError on a bad value. Strict:
+    unknown fields are refused (a delta this code cannot describe is one it cannot use).
+    """
+
+    base_version: int
+    """The version the delta applies to, >= 1 and below the manifest's version."""
+    size: int
+    """Size of the delta file in bytes, >= 1."""
+    sha256: str
+    """SHA-256 of the whole delta file, 64 lower-case hex characters."""
+    info_hash_v1: str
+    """BitTorrent v1 info-hash of the delta's torrent, 40 lower-case hex characters."""
+    info_hash_v2: str | None
+    """BitTorrent v2 info-hash of a hybrid torrent, 64 lower-case hex characters; None for
+    a v1-only torrent (no ``info_hash_v2`` field in the JSON)."""
+    key: str
+    """Object key of the delta file, relative to the store prefix."""
+    torrent_key: str
+    """Object key of the delta's torrent, relative to the store prefix."""
+
+    def __post_init__(self) -> None:
+        check_int(self.base_version, "delta base_version", 1)
+        check_int(self.size, "delta size", 1)
+        check_hex(self.sha256, 64, "delta sha256")
+        check_hex(self.info_hash_v1, 40, "delta info_hash_v1")
+        if self.info_hash_v2 is not None:
+            check_hex(self.info_hash_v2, 64, "delta info_hash_v2")
+        check_key(self.key, "delta key")
+        check_key(self.torrent_key, "delta torrent_key")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object form; no ``info_hash_v2`` for a v1 torrent."""
+        obj = {f.name: getattr(self, f.name) for f in fields(self)}
+        if obj["info_hash_v2"] is None:
+            del obj["info_hash_v2"]
+        return obj
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> DeltaEntry:
+        """Parse the JSON object form strictly; FormatError on any fault."""
+        r = Fields(obj, "manifest delta")
+        if "info_hash_v2" in obj and obj["info_hash_v2"] is None:  # null is not "absent"
+            check_hex(None, 64, "delta info_hash_v2")
+        values = {
+            f.name: r.value(f.name)
+            for f in fields(cls)
+            if f.name != "info_hash_v2" or "info_hash_v2" in obj
+        }
+        unknown = sorted(r.rest())
+        require(not unknown, f"manifest delta: unknown fields {unknown!r:.100}")
+        return cls(**{"info_hash_v2": None, **values})
 
 
 @dataclass(frozen=True)
@@ -75,10 +137,13 @@ class Manifest:
     """SHA-256 of the filter's body (the bit array), 64 lower-case hex characters; equal to
     the header's. Unlike ``sha256`` it does not change with the version number, so the
     publisher compares it to tell an unchanged filter."""
+    deltas: tuple[DeltaEntry, ...] = ()
+    """Deltas from older versions to this one, at most one per base version; omitted
+    from the JSON when empty."""
     schema: int = SCHEMA_VERSION
     """Document schema; only 1 exists."""
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
-    """Unknown top-level fields, kept so they round-trip (e.g. a future ``deltas``)."""
+    """Unknown top-level fields, kept so they round-trip."""
 
     def __post_init__(self) -> None:
         check_schema(self.schema, "manifest")
@@ -100,8 +165,26 @@ class Manifest:
         check_key(self.filter_key, "manifest filter_key")
         check_key(self.torrent_key, "manifest torrent_key")
         check_hex(self.body_sha256, 64, "manifest body_sha256")
+        self._check_deltas()
         object.__setattr__(self, "extra", check_extra(self.extra, _MANIFEST_FIELDS, "manifest"))
         self.to_bytes()  # FormatError for anything JSON cannot carry exactly
+
+    def _check_deltas(self) -> None:
+        require(
+            isinstance(self.deltas, tuple)
+            and all(isinstance(d, DeltaEntry) for d in self.deltas),
+            "manifest deltas must be a tuple of DeltaEntry",
+        )
+        bases = [d.base_version for d in self.deltas]
+        require(len(set(bases)) == len(bases), f"manifest deltas repeat a base version: {bases}")
+        require(
+            all(base < self.version for base in bases),
+            f"manifest deltas must have base versions below {self.version}, got {bases}",
+        )
+
+    def delta_from(self, base_version: int) -> DeltaEntry | None:
+        """The delta from ``base_version`` to this version; None when there is none."""
+        return next((d for d in self.deltas if d.base_version == base_version), None)
 
     @property
     def torrent_format(self) -> str:
@@ -114,6 +197,10 @@ class Manifest:
         if obj["info_hash_v2"] is None:
             del obj["info_hash_v2"]
         obj["filter"] = self.filter.to_dict()
+        if self.deltas:
+            obj["deltas"] = [d.to_dict() for d in self.deltas]
+        else:
+            del obj["deltas"]
         obj.update(self.extra)
         return obj
 
@@ -148,6 +235,11 @@ class Manifest:
             filter_key=r.value("filter_key"),
             torrent_key=r.value("torrent_key"),
             body_sha256=r.value("body_sha256"),
+            deltas=(
+                tuple(DeltaEntry.from_dict(d) for d in r.objects("deltas"))
+                if "deltas" in obj
+                else ()
+            ),
             extra=r.rest(),
         )
 
@@ -205,4 +297,4 @@ def verify_manifest(
     return manifest
 
 
-__all__ = ["MIN_PIECE_SIZE", "Manifest", "sign_manifest", "verify_manifest"]
+__all__ = ["MIN_PIECE_SIZE", "DeltaEntry", "Manifest", "sign_manifest", "verify_manifest"]

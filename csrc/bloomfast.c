@@ -19,6 +19,7 @@
  *   add_u64(body, layout, seed, k, num_bits, keys)   insert a uint64/int64 buffer
  *   add_keys(body, layout, seed, k, num_bits, seq)   insert a sequence of keys
  *   murmur3_x64_128(data, seed) -> (h1, h2)          unsigned, = mmh3.hash64(..., signed=False)
+ *   delta_count / delta_encode / delta_apply          the delta coder, in csrc/delta.c
  *
  * Keys (docs/format.md): bytes and its subclasses, bytearray and memoryview as they are
  * (a non-contiguous memoryview raises BufferError); str and subclasses as UTF-8 (a lone
@@ -1029,6 +1030,11 @@ static PyObject *mod_murmur3(PyObject *Py_UNUSED(module), PyObject *const *args,
     return Py_BuildValue("(KK)", (unsigned long long)h1, (unsigned long long)h2);
 }
 
+/* The delta coder, csrc/delta.c (linked into this module). */
+PyObject *bsd_py_count(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *bsd_py_encode(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *bsd_py_apply(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef module_methods[] = {
     {"add_u64", (PyCFunction)(void (*)(void))mod_add_u64, METH_FASTCALL,
      "add_u64(body, layout, seed, k, num_bits, keys)\n--\n\n"
@@ -1042,6 +1048,17 @@ static PyMethodDef module_methods[] = {
     {"murmur3_x64_128", (PyCFunction)(void (*)(void))mod_murmur3, METH_FASTCALL,
      "murmur3_x64_128(data, seed)\n--\n\n"
      "Return (h1, h2), unsigned: the same as mmh3.hash64(data, seed, signed=False)."},
+    {"delta_count", (PyCFunction)(void (*)(void))bsd_py_count, METH_FASTCALL,
+     "delta_count(base, target)\n--\n\n"
+     "Return the number of bits that differ between two equally long buffers."},
+    {"delta_encode", (PyCFunction)(void (*)(void))bsd_py_encode, METH_FASTCALL,
+     "delta_encode(base, target, k, q, r)\n--\n\n"
+     "Rice-code the flipped positions of base XOR target into the writable buffers q and r\n"
+     "(docs/format.md, \"Delta file\"); return the quotient stream's length in bits."},
+    {"delta_apply", (PyCFunction)(void (*)(void))bsd_py_apply, METH_FASTCALL,
+     "delta_apply(body, q, r, k, flips)\n--\n\n"
+     "Flip the bits the streams encode in the writable body; ValueError when the streams\n"
+     "are not exactly `flips` positions inside the body."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,9 +1,11 @@
 """Building a filter from the full data set: in this process, or on a Dask cluster.
 
 :func:`build_filter` is the one entry point. Both engines size the filter the same way
-(``expected_keys``, or an exact count from a first pass over the input) and insert the
-same keys, so their files are bit-identical (the header differs in its creation time
-only).
+(:func:`plan_sizing`: ``expected_keys``, or a count from a first pass over the input,
+exact or through the sizing policy) and insert the same keys, so their files are
+bit-identical (the header differs in its creation time only). The build is deterministic:
+the same keys with the same parameters give the same bits in any order, which is what
+keeps a delta between two versions small.
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from typing import Literal
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.fastpath import Engine
-from bloomswarm.common.params import Layout
+from bloomswarm.common.filter_summary import FilterSummary
+from bloomswarm.common.params import FilterParams, Layout
+from bloomswarm.common.sizing import size_filter
 
+from .config import SizingConfig
 from .progress import Progress
+from .sizing_policy import SizingDecision, SizingTarget, decide_sizing
 from .sources import SourceSpec, iter_key_batches
 
 log = logging.getLogger("bloomswarm.build")
@@ -43,6 +49,11 @@ class BuildSpec:
     kernel: Engine = "auto"
     """Which implementation inserts keys: the C extension or the pure-Python path."""
     progress: bool = True
+    sizing: SizingConfig | None = None
+    """None sizes for the exact key count (``bloomswarm build``); a policy may keep the
+    ``previous`` version's parameters instead (``bloomswarm publish``)."""
+    previous: FilterSummary | None = None
+    """The newest published version's filter, for the sizing policy."""
 
 
 def build_filter(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
@@ -81,16 +92,44 @@ def count_keys(source: SourceSpec, *, progress: bool = True) -> int:
 
 
 def empty_builder(capacity: int, spec: BuildSpec) -> FilterBuilder:
-    """The empty filter both engines fill: sized for ``capacity`` keys (at least 1).
+    """The empty filter both engines fill, sized by :func:`plan_sizing` for ``capacity``
+    keys (``expected_keys``, or the input's count); logs the sizing decision (at INFO
+    when a sizing policy made it).
 
     ConfigError when no filter fits (too many keys for the layout, a rate outside (0, 1)).
     """
+    decision = plan_sizing(capacity, spec)
+    log.log(logging.INFO if spec.sizing else logging.DEBUG, "sizing: %s", decision.reason)
+    return FilterBuilder(
+        decision.params, capacity=decision.capacity, target_fpp=decision.target_fpp,
+        engine=spec.kernel,
+    )
+
+
+def plan_sizing(key_count: int, spec: BuildSpec) -> SizingDecision:
+    """The parameters of the filter for ``key_count`` keys.
+
+    With ``spec.sizing`` and no ``expected_keys``, the sizing policy decides
+    (:func:`~bloomswarm.publisher.sizing_policy.decide_sizing`); otherwise the filter is
+    sized for exactly ``key_count`` keys (at least 1), and the decision says "kept" when
+    that gives ``spec.previous``'s parameters. ConfigError when no filter fits.
+    """
+    target = SizingTarget(spec.target_fpp, spec.layout, spec.hash_seed)
     try:
-        return FilterBuilder.for_capacity(
-            max(capacity, 1), spec.target_fpp, layout=spec.layout, seed=spec.hash_seed, engine=spec.kernel
-        )
+        if spec.sizing is not None and spec.expected_keys is None:
+            return decide_sizing(spec.previous, key_count, target, spec.sizing)
+        capacity = max(key_count, 1)
+        num_bits, num_probes = size_filter(capacity, spec.target_fpp, spec.layout)
+        params = FilterParams(spec.layout, num_bits, num_probes, spec.hash_seed)
     except ValueError as exc:  # size_filter's refusal of the user's key count or rate
         raise ConfigError(str(exc)) from exc
+    kept = spec.previous is not None and spec.previous.to_params() == params
+    how = "expected_keys" if spec.expected_keys is not None else "the exact key count"
+    return SizingDecision(
+        "kept" if kept else "resized", params, capacity, spec.target_fpp,
+        f"sized for {capacity:,} keys ({how}); "
+        + ("the previous version's parameters" if kept else "new parameters"),
+    )
 
 
 def warn_if_over_capacity(builder: FilterBuilder, capacity: int) -> None:

@@ -22,6 +22,12 @@ upper-cases it with ``_`` for ``.`` behind ``BLOOMSWARM_``, the CLI passes it by
     fpp = 0.001                                    # BLOOMSWARM_BUILD_FPP
     expected_keys = 100_000_000                    # BLOOMSWARM_BUILD_EXPECTED_KEYS
 
+    [sizing]
+    headroom = 0.2                                 # BLOOMSWARM_SIZING_HEADROOM
+
+    [deltas]
+    max_bases = 8                                  # BLOOMSWARM_DELTAS_MAX_BASES
+
     [tracker]
     whitelist = "/etc/opentracker/whitelist.txt"   # BLOOMSWARM_TRACKER_WHITELIST
     pid_file = "/run/opentracker.pid"              # BLOOMSWARM_TRACKER_PID_FILE
@@ -89,6 +95,56 @@ class BuildDefaults:
 
 
 @dataclass(frozen=True)
+class SizingConfig:
+    """When ``publish`` keeps the previous version's filter parameters and when it resizes.
+
+    Deltas need equal parameters (m, k, layout, seed); a resize is a version without
+    deltas. docs/publishing.md ("Sizing and deltas") weighs the settings.
+    """
+
+    headroom: float = 0.2
+    """On a resize, size for this many more keys than the input holds (0.2: 20% growth
+    fits before the next resize)."""
+    fpp_margin: float = 0.1
+    """Keep the parameters only while their expected false-positive rate at the new key
+    count is at most the target times (1 + fpp_margin)."""
+    shrink_below: float = 0.5
+    """Resize when the input holds fewer keys than this share of the capacity (the file
+    would be over twice the size it needs); 0 never shrinks."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.headroom <= 10.0:
+            raise ConfigError(f"sizing.headroom must be in [0, 10], got {self.headroom}")
+        if not 0.0 <= self.fpp_margin <= 10.0:
+            raise ConfigError(f"sizing.fpp_margin must be in [0, 10], got {self.fpp_margin}")
+        if not 0.0 <= self.shrink_below < 1.0:
+            raise ConfigError(f"sizing.shrink_below must be in [0, 1), got {self.shrink_below}")
+
+
+@dataclass(frozen=True)
+class DeltaConfig:
+    """Which deltas ``publish`` makes for a new version (docs/publishing.md, "Deltas")."""
+
+    max_bases: int = 8
+    """A direct delta from each of this many newest retained versions that share the new
+    version's parameters; 0 makes no deltas."""
+    max_share: float = 0.5
+    """Skip a delta larger than this share of the filter file (past it, the full file is
+    the better download)."""
+    cache_dir: Path | None = None
+    """Keep the files of the ``max_bases`` newest published versions here (that much
+    disk), so the next publish need not download its base versions from the bucket; None
+    downloads them each time (one at a time, into ``work_dir``). One publisher per
+    directory."""
+
+    def __post_init__(self) -> None:
+        if self.max_bases < 0:
+            raise ConfigError(f"deltas.max_bases must not be negative, got {self.max_bases}")
+        if not 0.0 < self.max_share <= 1.0:
+            raise ConfigError(f"deltas.max_share must be in (0, 1], got {self.max_share}")
+
+
+@dataclass(frozen=True)
 class TrackerConfig:
     """Where ``tracker-sync`` keeps opentracker's whitelist and how it finds the tracker."""
 
@@ -138,6 +194,10 @@ class PublisherConfig:
     """``publish --watch``: seconds of quiet after the last change before publishing."""
     build: BuildDefaults = field(default_factory=BuildDefaults)
     """Build defaults (``[build]`` table)."""
+    sizing: SizingConfig = field(default_factory=SizingConfig)
+    """When to keep the previous parameters and when to resize (``[sizing]`` table)."""
+    deltas: DeltaConfig = field(default_factory=DeltaConfig)
+    """Deltas from older versions (``[deltas]`` table)."""
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
     """opentracker whitelist sync (``[tracker]`` table)."""
 
@@ -215,7 +275,9 @@ __all__ = [
     "ENV_PREFIX",
     "SETTINGS",
     "BuildDefaults",
+    "DeltaConfig",
     "PublisherConfig",
+    "SizingConfig",
     "TorrentFormat",
     "TrackerConfig",
     "env_name",

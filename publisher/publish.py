@@ -10,7 +10,9 @@ The protocol (docs/publishing.md explains each order)::
   4. upload both into a folder only this attempt writes:
          vN/<attempt>/filter.bsf   (multipart, checksums, retried parts)
          vN/<attempt>/filter.torrent
-  5. claim vN: create vN/manifest.json, naming those two keys, with If-None-Match: *
+     then a delta (and its torrent) from each recent version with the same parameters:
+         vN/<attempt>/delta-from-vB.bsd, vN/<attempt>/delta-from-vB.torrent
+  5. claim vN: create vN/manifest.json, naming those objects, with If-None-Match: *
      lost (412): another publisher owns vN -> N+1 and back to 3 (the header holds N)
   6. write vN/manifest.json.sig
   7. compare-and-swap latest.json to vN (If-Match on the ETag it reads), never backwards:
@@ -19,7 +21,7 @@ The protocol (docs/publishing.md explains each order)::
 Why this is safe:
 
 - A manifest only ever names objects that were completely uploaded before it: no reader
-  (agent, ``pin``, ``tracker-sync``) sees a version without its file and torrent.
+  (agent, ``pin``, ``tracker-sync``) sees a version without its file, torrent or deltas.
 - Racing publishers upload into different attempt folders, so neither overwrites the
   other; the conditional create of the manifest picks exactly one owner of vN.
 - latest.json names a version only after its signature exists, and moves by
@@ -59,10 +61,12 @@ from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import ObjectStore
 
 from .config import PublisherConfig
+from .deltas import choose_bases, make_deltas, remember_version
 from .latest import Decide, Target, swap_latest
 from .progress import Progress
+from .sizing_policy import SizingAction
 from .torrent import make_torrent
-from .versions import read_latest, read_manifest, scan_versions
+from .versions import newest_manifests, read_latest, read_manifest, scan_versions
 
 log = logging.getLogger("bloomswarm.publish")
 
@@ -83,6 +87,12 @@ class PublishResult:
     """latest.json after publishing."""
     lost_claims: int = 0
     """Version numbers other publishers took first."""
+    sizing: SizingAction = "resized"
+    """"kept": the filter has the parameters of the newest complete version before it
+    (``previous``), so deltas are possible; "resized": other parameters, or no previous
+    version (a version without deltas)."""
+    previous: int | None = None
+    """The newest complete version before this one, when there is one."""
 
     @property
     def latest_moved(self) -> bool:
@@ -132,6 +142,11 @@ def publish_filter(
             return PublishResult("unchanged", previous.version, previous, latest.pointer)
     claimed = [n for n, folder in folders.items() if folder.claimed]
     version = max([latest.pointer.version if latest else 0, *claimed]) + 1
+    recent = newest_manifests(store, max(config.deltas.max_bases, 1), below=version)
+    sizing: SizingAction = (
+        "kept" if recent and recent[0].filter.to_params() == builder.params else "resized"
+    )
+    bases = choose_bases(builder.params, version, recent, config.deltas.max_bases)
     created_at = int(now())
     lost = 0
     with tempfile.TemporaryDirectory(prefix="bloomswarm-publish-", dir=config.work_dir) as tmp:
@@ -149,8 +164,10 @@ def publish_filter(
             manifest = _upload_attempt(
                 store, builder, version, config=config, created_at=created_at, path=path,
                 source_fingerprint=source_fingerprint, progress=progress, now=now,
+                bases=bases,
             )
             if _claim(store, manifest, signing_key):
+                remember_version(config.deltas, manifest, path)
                 break
             log.warning("lost the race for v%d to another publisher; trying v%d", version, version + 1)
             lost, version = lost + 1, version + 1
@@ -160,7 +177,8 @@ def publish_filter(
     if outcome.pointer is not None and outcome.pointer.pinned:
         log.warning("the fleet is pinned at v%d: latest.json not moved to v%d",
                     outcome.pointer.version, version)
-    return PublishResult("published", version, manifest, outcome.pointer, lost)
+    return PublishResult("published", version, manifest, outcome.pointer, lost, sizing,
+                         recent[0].version if recent else None)
 
 
 def same_filter(manifest: Manifest, header: FilterHeader) -> bool:
@@ -203,9 +221,11 @@ def _upload_attempt(
     source_fingerprint: str,
     progress: bool,
     now: Callable[[], float],
+    bases: list[Manifest],
 ) -> Manifest:
     """Write the file for ``version``, make its torrent, upload both into a fresh attempt
-    folder, and return the (unsigned, unstored) manifest naming them."""
+    folder, then the deltas from ``bases``; return the (unsigned, unstored) manifest
+    naming them all."""
     header = builder.write(path, version=version, created_at=created_at)
     digest = hashlib.sha256(header.pack())
     digest.update(builder.body)
@@ -217,6 +237,8 @@ def _upload_attempt(
                   enabled=progress) as bar:
         store.upload_file(file_key, path, progress=bar.advance)
     store.put(torrent_file_key, torrent.data, content_type="application/x-bittorrent")
+    deltas = make_deltas(store, config, path, version=version, attempt=attempt,
+                         work_dir=path.parent, bases=bases, progress=progress)
     return Manifest(
         version=version,
         size=header.file_size,
@@ -231,6 +253,7 @@ def _upload_attempt(
         filter_key=file_key,
         torrent_key=torrent_file_key,
         body_sha256=header.body_sha256.hex(),
+        deltas=deltas,
     )
 
 

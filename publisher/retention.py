@@ -3,16 +3,19 @@
 Run after latest.json has moved. What is kept:
 
 - the version latest.json names (pinned or not) and the ``keep_versions`` newest
-  complete versions (manifest and signature present);
+  complete versions (manifest and signature present), with every object of the attempt
+  folder their manifest names: file, torrent, deltas (a kept version's delta from a
+  deleted base stays useful to agents that still hold that base);
 - anything that may belong to a publisher still at work: an attempt folder younger than
   ``grace_s`` (by the time in its id), a manifest without signature younger than
   ``grace_s`` (by its ``created_at``), a multipart upload younger than ``grace_s``.
 
 What is deleted:
 
-- every object of an older complete version, and of an abandoned claim (a manifest
-  whose signature never came, older than ``grace_s``); the manifest goes first, in its own
-  request, so an interrupted retention never leaves a manifest without its file;
+- every object of an older complete version (its deltas too: they live in its attempt
+  folder), and of an abandoned claim (a manifest whose signature never came, older than
+  ``grace_s``); the manifest goes first, in its own request, so an interrupted retention
+  never leaves a manifest without its file;
 - attempt folders a kept version's manifest does not name (racing losers: a claimed
   version's manifest never changes, so they can go at once), and stale ones under
   unclaimed numbers;

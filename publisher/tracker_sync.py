@@ -6,7 +6,8 @@ re-reads the file on SIGHUP. A v1 torrent is announced under its v1 info-hash (S
 a hybrid torrent under two hashes: its v1 info-hash and its v2 info-hash (SHA-256)
 truncated to 20 bytes, the first 40 hex characters. The whitelist therefore holds every
 hash a version is announced under, for every complete version in the bucket (retention
-decides which versions exist).
+decides which versions exist), and the same for each delta its manifest lists (a delta
+has a torrent of its own).
 
 The file is replaced atomically and only when its content changes, and the tracker is
 sent SIGHUP only then: running the sync again changes nothing.
@@ -47,11 +48,14 @@ class SyncResult:
 
 
 def announced_hashes(manifest: Manifest) -> tuple[str, ...]:
-    """The 40-hex-character hashes a tracker sees for ``manifest``'s torrent: the v1
-    info-hash, and for a hybrid torrent also the v2 info-hash's first 40 characters."""
-    if manifest.info_hash_v2 is None:
-        return (manifest.info_hash_v1,)
-    return manifest.info_hash_v1, manifest.info_hash_v2[:40]
+    """The 40-hex-character hashes a tracker sees for ``manifest``'s torrents (the filter's,
+    then each delta's): the v1 info-hash, and for a hybrid torrent also the v2 info-hash's
+    first 40 characters."""
+    torrents = [(manifest.info_hash_v1, manifest.info_hash_v2)]
+    torrents += [(d.info_hash_v1, d.info_hash_v2) for d in manifest.deltas]
+    return tuple(
+        h for v1, v2 in torrents for h in ((v1,) if v2 is None else (v1, v2[:40]))
+    )
 
 
 def whitelist_lines(manifests: Iterable[Manifest]) -> list[str]:

@@ -8,6 +8,7 @@ from this view.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,11 +20,13 @@ from bloomswarm.common.bucket_layout import (
     signature_key,
     version_prefix,
 )
-from bloomswarm.common.errors import ObjectNotFound
+from bloomswarm.common.errors import FormatError, ObjectNotFound
 from bloomswarm.common.manifest import Manifest, verify_manifest
 from bloomswarm.common.pointer import Pointer, read_pointer_unverified
 from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import ObjectStore
+
+log = logging.getLogger("bloomswarm.versions")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,22 @@ def scan_versions(store: ObjectStore) -> dict[int, VersionFolder]:
 def complete_versions(folders: dict[int, VersionFolder]) -> list[int]:
     """The complete version numbers, ascending."""
     return [n for n, folder in folders.items() if folder.complete]
+
+
+def newest_manifests(store: ObjectStore, limit: int, *, below: int | None = None) -> list[Manifest]:
+    """The manifests (signatures not checked) of up to ``limit`` newest complete versions
+    (below version ``below`` when given), newest first. One that cannot be read is logged
+    and left out."""
+    numbers = [n for n in complete_versions(scan_versions(store)) if below is None or n < below]
+    manifests: list[Manifest] = []
+    for number in reversed(numbers):
+        if len(manifests) >= limit:
+            break
+        try:
+            manifests.append(read_manifest(store, number))
+        except (ObjectNotFound, FormatError) as exc:
+            log.warning("v%d: cannot read its manifest: %s", number, exc)
+    return manifests
 
 
 def read_latest(store: ObjectStore) -> LatestPointer | None:

@@ -155,6 +155,11 @@ class AgentView:
     def bytes_from_origin(self) -> float:
         return self.metric("bytes_from_origin_total")
 
+    def swapped_by_delta(self, version: int) -> bool:
+        """Whether this agent's last swap installed ``version`` by applying a delta."""
+        last = (self.status or {}).get("last_swap") or {}
+        return last.get("version") == version and last.get("delta_from") is not None
+
     def swapped_at(self, version: int) -> float | None:
         """When this agent swapped to ``version`` (its own clock), if its last swap was it."""
         last = (self.status or {}).get("last_swap") or {}
@@ -423,6 +428,8 @@ class LocalFleet(Service):
         def announce(manifest: Manifest) -> None:
             if self.tracker is not None:
                 self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
+                for delta in manifest.deltas:  # as tracker-sync: deltas are torrents too
+                    self.tracker.allow(delta.info_hash_v1, delta.info_hash_v2)
             announced.append(time.time())
 
         result = publish_filter(self.store, self.publisher_config(), builder, key,

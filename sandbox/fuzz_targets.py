@@ -21,6 +21,9 @@ Targets and their contracts:
   accepted; accepted documents round-trip through their canonical bytes.
 - ``config``: the agent's and the publisher's config loaders (TOML file, environment)
   and PEM public keys -> ConfigError.
+- ``delta``: DeltaHeader.unpack and the decoding of a delta's streams onto a body ->
+  DeltaError; an accepted header packs back to the same bytes, and the C and numpy
+  decoders accept exactly the same streams and flip exactly the same bits.
 """
 
 from __future__ import annotations
@@ -41,7 +44,10 @@ from typing import Any
 
 from bloomswarm.agent import config as agent_config
 from bloomswarm.common.canonical_json import canonical_json
-from bloomswarm.common.errors import ConfigError, FormatError, VerificationError
+from bloomswarm.common.delta import patch_body
+from bloomswarm.common.delta_format import FIXED_SIZE, PAYLOAD_OFFSET, DeltaHeader
+from bloomswarm.common.errors import ConfigError, DeltaError, FormatError, VerificationError
+from bloomswarm.common.fastpath import EXTENSION
 from bloomswarm.common.header import HEADER_SIZE, FilterHeader
 from bloomswarm.common.manifest import Manifest, verify_manifest
 from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified
@@ -178,6 +184,66 @@ def filter_file(data: bytes) -> bool:
             raise AssertionError("a lookup did not answer a bool")
     finally:
         opened.close()
+    return True
+
+
+# --- delta files -------------------------------------------------------------------------------
+
+
+_DELTA_ENGINES: tuple[str, ...] = ("python", "c") if EXTENSION is not None and hasattr(
+    EXTENSION, "delta_apply") else ("python",)
+
+
+def _delta_bytes(flags: int, data: bytes) -> bytes:
+    """Delta bytes from a fuzz input: the target header's CRC (flag 4) and then the delta
+    header's (flag 1) recomputed, so mutations reach the checks behind both CRCs."""
+    if flags & 4 and len(data) >= PAYLOAD_OFFSET:
+        target = data[FIXED_SIZE:PAYLOAD_OFFSET - 4]
+        data = data[:FIXED_SIZE] + target + struct.pack("<I", zlib.crc32(target)) + data[PAYLOAD_OFFSET:]
+    if flags & 1 and len(data) >= FIXED_SIZE:
+        head = data[:FIXED_SIZE - 4]
+        data = head + struct.pack("<I", zlib.crc32(head)) + data[FIXED_SIZE:]
+    return data
+
+
+def delta(data: bytes) -> bool:
+    """A delta file's header and streams. Input: flags byte, then the delta's bytes.
+
+    Flags 1 and 4 recompute the CRCs (see :func:`_delta_bytes`); 2: check the size against
+    the input's length (as a reader of a file does). An accepted header must pack back to
+    its own bytes; its streams are then decoded onto a zero body (up to 1 MiB) by every
+    engine, which must all refuse (DeltaError) or all flip exactly the same bits, and
+    exactly ``flips`` of them.
+    """
+    if not data:
+        return False
+    flags, raw = data[0], _delta_bytes(data[0], data[1:])
+    try:
+        header = DeltaHeader.unpack(raw, len(raw) if flags & 2 else None)
+    except DeltaError:
+        return False
+    if header.pack() != raw[:PAYLOAD_OFFSET]:
+        raise AssertionError("an accepted delta header does not pack back to its own bytes")
+    if header.body_size > _BODY_LIMIT:
+        return True
+    streams = raw[PAYLOAD_OFFSET:]
+    quotients = streams[:header.quotient_bytes]
+    remainders = streams[header.quotient_bytes:header.quotient_bytes + header.remainder_bytes]
+    results: set[bytes | None] = set()
+    for engine in _DELTA_ENGINES:
+        body = bytearray(header.body_size)
+        try:
+            patch_body(body, header, quotients, remainders, engine=engine)  # type: ignore[arg-type]
+            results.add(bytes(body))
+        except DeltaError:
+            results.add(None)
+    if len(results) != 1:
+        raise AssertionError("the delta engines disagree on a delta's streams")
+    (patched,) = results
+    if patched is None:
+        return False
+    if sum(bin(byte).count("1") for byte in patched) != header.flips:
+        raise AssertionError("accepted streams did not flip exactly `flips` bits")
     return True
 
 
@@ -329,6 +395,7 @@ TARGETS: Mapping[str, Target] = {
     "filter_file": filter_file,
     "manifest": manifest,
     "config": config,
+    "delta": delta,
 }
 """Every fuzz target by name."""
 
@@ -372,14 +439,77 @@ def seeds() -> dict[str, list[bytes]]:
                        bytes([4]) + pointer, bytes([5]) + latest.data, bytes([6]) + pointer,
                        bytes([7]) + sig]
     agent_toml = _agent_toml()
-    publisher_toml = (Path(__file__).resolve().parent.parent / "deploy" / "publisher.toml").read_bytes()
+    publisher_toml = _publisher_toml()
     config_seeds = [b"\0" + agent_toml, b"\1" + publisher_toml,
                     b"\2" + b"DATA_DIR=/var/lib/b\nPUBLIC_KEYS=/a.pub,/b.pub\nS3_BUCKET=fuzz-bucket\n"
                     b"SWARM_CONNECTIONS_LIMIT=100\nWATCH_POLL_INTERVAL_S=2.5\n",
                     b"\3" + b"S3_BUCKET=fuzz-bucket\nKEEP_VERSIONS=3\nTRACKERS=http://t/announce\nBUILD_FPP=0.01\n",
                     b"\4" + public_pem, b"\5" + public_pem]
     return {"header": header_seeds, "filter_file": file_seeds, "manifest": manifest_seeds,
-            "config": config_seeds}
+            "config": config_seeds, "delta": _delta_seeds()}
+
+
+def _delta_seeds() -> list[bytes]:
+    """Deltas between two versions of a blocked and a standard filter, and an empty one."""
+    from bloomswarm.common.builder import FilterBuilder
+    from bloomswarm.common.delta import make_delta
+    from bloomswarm.common.params import Layout
+
+    found: list[bytes] = []
+    for layout in (Layout.BLOCKED, Layout.STANDARD):
+        versions = []
+        for version, keys in ((1, range(0, 150)), (2, range(15, 165))):
+            builder = FilterBuilder.for_capacity(200, 0.01, layout=layout)
+            builder.add_many([f"key-{i}" for i in keys])
+            path = _scratch_dir() / f"seed-{layout.label}-v{version}.bsf"
+            path.unlink(missing_ok=True)
+            builder.write(path, version=version, created_at=1_700_000_000 + version)
+            versions.append(path)
+        for base, target in ((versions[0], versions[1]), (versions[1], versions[1])):
+            out = _scratch_dir() / "seed.bsd"
+            out.unlink(missing_ok=True)
+            make_delta(base, target, out)
+            found += [bytes([flags]) + out.read_bytes() for flags in (0, 7)]
+    return found
+
+
+def _publisher_toml() -> bytes:
+    """A publisher configuration with every table (the installed package has no deploy/)."""
+    return b"""publisher_id = "builder-1"
+signing_key = "/etc/bloomswarm/publisher.key"
+keep_versions = 5
+orphan_grace_s = 21600.0
+trackers = ["http://tracker-1:6969/announce"]
+torrent_format = "v1"
+watch_debounce_s = 5.0
+
+[s3]
+bucket = "bloomswarm-filters"
+prefix = "fleet-a"
+read_timeout_s = 60.0
+part_size = 67108864
+checksum_sha256 = true
+
+[build]
+key_type = "str"
+fpp = 0.01
+layout = "blocked"
+seed = 0
+
+[sizing]
+headroom = 0.2
+fpp_margin = 0.1
+shrink_below = 0.5
+
+[deltas]
+max_bases = 8
+max_share = 0.5
+
+[tracker]
+whitelist = "/etc/opentracker/whitelist.txt"
+pid_file = "/run/opentracker.pid"
+interval_s = 30.0
+"""
 
 
 def _agent_toml() -> bytes:
@@ -424,5 +554,6 @@ dht_bootstrap_nodes = ["10.0.0.5:6881"]
 
 
 __all__ = [
-    "SCRATCH_ENV", "TARGETS", "Target", "config", "filter_file", "header", "manifest", "seeds", "tmpfs",
+    "SCRATCH_ENV", "TARGETS", "Target", "config", "delta", "filter_file", "header", "manifest", "seeds",
+    "tmpfs",
 ]

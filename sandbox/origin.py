@@ -44,13 +44,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from bloomswarm.common.bucket_layout import FILTER_FILE_NAME
+from bloomswarm.common.bucket_layout import DELTA_FILE_SUFFIX, FILTER_FILE_NAME
 from bloomswarm.sandbox.http_range import RangeNotSatisfiable, parse_range
 from bloomswarm.sandbox.processes import Service
 
 _CHUNK = 64 * 1024
 _FETCH_CHUNK = 1024 * 1024
 FILTER_SUFFIX = "/" + FILTER_FILE_NAME
+PAYLOAD_SUFFIXES = (FILTER_SUFFIX, DELTA_FILE_SUFFIX)
+"""Object keys whose bytes are counted (and, in front of S3, served from a copy): filter files
+and deltas, the origin's payload."""
 """The end of a filter file's object key: what the origin counts in front of S3."""
 _KEPT_HEADERS = ("etag", "last-modified", "content-type", "x-amz-meta-sha256")
 _HOP_HEADERS = ("connection", "keep-alive", "proxy-connection")
@@ -63,7 +66,8 @@ class OriginCounts:
     """What the origin has served so far."""
 
     filter_bytes: int
-    """Body bytes of the counted files sent (the origin's payload egress)."""
+    """Body bytes of the counted files sent: filter files and deltas (the origin's payload
+    egress)."""
     filter_requests: int
     """GET requests for counted files."""
     requests: int
@@ -224,7 +228,7 @@ class Origin(Service):
 
     def counts(self, path: str) -> bool:
         """Whether the bytes of ``path`` (a request path) are counted."""
-        return self.root is not None or urlsplit(path).path.endswith(FILTER_SUFFIX)
+        return self.root is not None or urlsplit(path).path.endswith(PAYLOAD_SUFFIXES)
 
     def _fault(self) -> str | None:
         """None, "error" or "stall" for the next request (counted as a request)."""
@@ -246,7 +250,7 @@ class Origin(Service):
             if self.root not in local.parents or not local.is_file():
                 return None
             return _File(local, local.stat().st_size, (("Content-Type", "application/octet-stream"),))
-        if method != "GET" or not urlsplit(path).path.endswith(FILTER_SUFFIX):
+        if method != "GET" or not urlsplit(path).path.endswith(PAYLOAD_SUFFIXES):
             return None
         return self._cached(path, headers)
 
@@ -463,4 +467,4 @@ def _fetch(upstream: tuple[str, int], path: str, headers: dict[str, str], cache_
         conn.close()
 
 
-__all__ = ["FILTER_SUFFIX", "ConnectionPace", "Origin", "OriginCounts", "TokenBucket"]
+__all__ = ["FILTER_SUFFIX", "PAYLOAD_SUFFIXES", "ConnectionPace", "Origin", "OriginCounts", "TokenBucket"]

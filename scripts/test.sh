@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: on a fresh machine, install everything and run every check.
 #
-#   1. system packages the tests use (opentracker, aria2, systemd-analyze, iproute2), via apt-get when root;
+#   1. system packages the tests use (opentracker, aria2, systemd-analyze, iproute2; buildah,
+#      debootstrap and prometheus for deploy/'s image and alerts), via apt-get when root;
 #   2. a virtual environment (.venv-test, or $BLOOMSWARM_VENV) with the project and its
 #      dev extras installed the way users install it (not editable: the C extension is
 #      built exactly as `pip install .` builds it);
@@ -22,6 +23,9 @@ command -v opentracker >/dev/null 2>&1 || missing+=(opentracker)
 command -v aria2c >/dev/null 2>&1 || missing+=(aria2)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)  # deploy/ unit checks
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # the LSD test's network namespace
+command -v buildah >/dev/null 2>&1 || missing+=(buildah)  # deploy/Dockerfile built and run
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)  # ... on a Debian base made here
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool, and the live alert test
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -32,7 +36,7 @@ if ((${#missing[@]})); then
     echo "warning: ${missing[*]} missing and not root: tests that need them will say so"
   fi
 fi
-for tool in opentracker aria2c systemd-analyze ip; do
+for tool in opentracker aria2c systemd-analyze ip buildah debootstrap prometheus promtool; do
   printf '  %-12s %s\n' "$tool" "$(command -v "$tool" || echo 'not installed')"
 done
 

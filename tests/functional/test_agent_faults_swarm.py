@@ -36,7 +36,14 @@ from bloomswarm.sandbox.fleet import LocalFleet
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
-from tests.functional.fleet_setup import KEY, fleet_spec, keys, publish_keys, roll_out_first_version
+from tests.functional.fleet_setup import (
+    AGENT_TABLES,
+    KEY,
+    fleet_spec,
+    keys,
+    publish_keys,
+    roll_out_first_version,
+)
 from tests.functional.live_reader import LiveReader
 
 pytestmark = pytest.mark.timeout(300)
@@ -98,7 +105,9 @@ def world(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[
                       read_timeout_s=5.0, max_attempts=1)
         boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1").create_bucket(
             Bucket=s3.bucket)
-        fleet = LocalFleet(root, fleet_spec(discovery="tracker"), s3=s3, tracker=tracker, signing_key=KEY)
+        # Full files only: these faults are the file's (test_agent_deltas.py covers deltas).
+        spec = fleet_spec(discovery="tracker", agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+        fleet = LocalFleet(root, spec, s3=s3, tracker=tracker, signing_key=KEY)
         fleet.start()
         v1, reader = roll_out_first_version(fleet, LiveReader, CAPACITY)
         assert v1.torrent_format == "v1"  # the publisher's default

@@ -33,6 +33,7 @@ from bloomswarm.sandbox.fleet import Discovery, LocalFleet
 from bloomswarm.sandbox.processes import free_port, stop_process
 from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.fleet_setup import (
+    AGENT_TABLES,
     AGENTS,
     KEY,
     ORIGIN_PACE,
@@ -50,8 +51,10 @@ MAX_ORIGIN_COPIES = 1.5
 
 def _fleet(tmp_path: Path, s3: S3Config, discovery: Discovery, tracker: OpenTracker | None = None,
            torrent_format: TorrentFormat = "v1") -> LocalFleet:
-    """Agents (none yet) on ``s3`` behind an origin that paces each connection like S3."""
-    spec = fleet_spec(discovery=discovery, torrent_format=torrent_format, origin_connection_rate=ORIGIN_PACE)
+    """Agents (none yet) on ``s3`` behind an origin that paces each connection like S3;
+    they fetch full files only (test_agent_deltas.py covers deltas)."""
+    spec = fleet_spec(discovery=discovery, torrent_format=torrent_format, origin_connection_rate=ORIGIN_PACE,
+                      agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
     return LocalFleet(tmp_path, spec, s3=s3, tracker=tracker, signing_key=KEY)
 
 

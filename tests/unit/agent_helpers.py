@@ -12,8 +12,11 @@ same name would shadow it)::
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import socket
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -38,15 +41,17 @@ from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.transfer import Transfer
+from bloomswarm.common.bucket_layout import delta_file_name, manifest_key, signature_key_of
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.errors import ObjectNotFound
-from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.manifest import Manifest, sign_manifest
 from bloomswarm.common.pointer import Pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import MemoryObjectStore, S3Config
-from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.config import DeltaConfig, PublisherConfig
 from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.publish import publish_filter
+from bloomswarm.publisher.torrent import make_torrent
 
 
 def _keypair() -> tuple[SigningKey, bytes]:
@@ -59,7 +64,12 @@ KEY, PUBLIC_PEM = _keypair()
 ROGUE_KEY, ROGUE_PEM = _keypair()
 """A key no agent trusts."""
 PUBLIC = [KEY.public_key()]
-PUBLISHER = PublisherConfig(s3=S3Config(bucket="unit-test"), publisher_id="unit-test")
+PUBLISHER = PublisherConfig(s3=S3Config(bucket="unit-test"), publisher_id="unit-test",
+                            deltas=DeltaConfig(max_bases=0))
+"""Publishes full versions only: the agent tests of the file's path stay on it."""
+DELTA_PUBLISHER = dataclasses.replace(PUBLISHER, deltas=DeltaConfig(max_share=1.0))
+"""Publishes a delta from every recent version (however large: unit-test filters are
+small, and a delta carries the target's 4 KiB header)."""
 
 
 def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
@@ -69,12 +79,43 @@ def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
 
 
 def publish(
-    store: MemoryObjectStore, keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY
+    store: MemoryObjectStore, keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY,
+    deltas: bool = False,
 ) -> Manifest:
-    """Publish a filter of ``keys`` as the next version with the real publisher."""
-    result = publish_filter(store, PUBLISHER, make_builder(keys, capacity=capacity), key,
+    """Publish a filter of ``keys`` as the next version with the real publisher; with
+    ``deltas``, with a delta from each recent version of the same parameters."""
+    config = DELTA_PUBLISHER if deltas else PUBLISHER
+    result = publish_filter(store, config, make_builder(keys, capacity=capacity), key,
                             "unit-test", force=True, progress=False)
     return result.manifest
+
+
+def resign_delta(
+    store: MemoryObjectStore, version: int, base: int, data: bytes, *, piece_size: int | None = None
+) -> Manifest:
+    """Replace ``version``'s delta from ``base`` with ``data`` *and sign it*: the object, a
+    fresh torrent of it (``piece_size``: the publisher's choice by default) and the
+    manifest entry's size, SHA-256 and info-hashes (a publisher that signed a bad delta;
+    or, with the genuine bytes, a torrent of smaller pieces)."""
+    stored = store.get(manifest_key(version))
+    assert stored is not None
+    manifest = Manifest.from_bytes(stored.data)
+    entry = manifest.delta_from(base)
+    assert entry is not None, f"v{version} has no delta from v{base}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / delta_file_name(base)
+        path.write_bytes(data)
+        torrent = make_torrent(path, piece_size=piece_size, progress=False,
+                               torrent_format="v1" if manifest.info_hash_v2 is None else "hybrid")
+    store.put(entry.key, data)
+    store.put(entry.torrent_key, torrent.data)
+    new_entry = dataclasses.replace(entry, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                                    info_hash_v1=torrent.info_hash_v1, info_hash_v2=torrent.info_hash_v2)
+    deltas = tuple(new_entry if d.base_version == base else d for d in manifest.deltas)
+    document, signature = sign_manifest(dataclasses.replace(manifest, deltas=deltas), KEY)
+    store.put(manifest_key(version), document)
+    store.put(signature_key_of(manifest_key(version)), signature)
+    return Manifest.from_bytes(document)
 
 
 def point_latest(
@@ -215,6 +256,11 @@ class Serving(Protocol):
 def served_filter_bytes(origin: Serving) -> int:
     """Bytes of filter files the origin sent."""
     return sum(n for key, n in origin.served.items() if key.endswith("/filter.bsf"))
+
+
+def served_delta_bytes(origin: Serving) -> int:
+    """Bytes of delta files the origin sent."""
+    return sum(n for key, n in origin.served.items() if key.endswith(".bsd"))
 
 
 class TickingClock:

@@ -10,13 +10,14 @@ import libtorrent as lt
 
 from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.delta import apply_delta
 from bloomswarm.common.header import FilterHeader
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import ObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig
-from bloomswarm.publisher.versions import read_verified_manifest
+from bloomswarm.publisher.versions import read_manifest, read_verified_manifest
 
 
 def new_key() -> SigningKey:
@@ -68,3 +69,34 @@ def check_version(store: ObjectStore, version: int, public_keys: list[VerifyKey]
 def write_keys(path: Path, keys: list[str]) -> Path:
     path.write_text("".join(f"{k}\n" for k in keys))
     return path
+
+
+def churned_keys(count: int, version: int, churn: float = 0.01) -> list[str]:
+    """``count`` keys of ``version``: each version drops the oldest ``churn`` share of the
+    previous version's keys and adds as many new ones."""
+    step = int(count * churn)
+    start = (version - 1) * step
+    return [f"key-{i}" for i in range(start, start + count)]
+
+
+def check_deltas(store: ObjectStore, manifest: Manifest, tmp_path: Path) -> None:
+    """Assert that every delta ``manifest`` lists is stored as described (size, SHA-256,
+    torrent info-hashes) and turns its base version's file into this version's, byte
+    for byte."""
+    target = store.get(manifest.filter_key)
+    assert target is not None
+    for entry in manifest.deltas:
+        delta, torrent = store.get(entry.key), store.get(entry.torrent_key)
+        base_manifest = read_manifest(store, entry.base_version)
+        base = store.get(base_manifest.filter_key)
+        assert delta is not None and torrent is not None and base is not None
+        assert len(delta.data) == entry.size
+        assert hashlib.sha256(delta.data).hexdigest() == entry.sha256
+        hashes = lt.torrent_info(torrent.data).info_hashes()
+        v2 = str(hashes.v2) if hashes.has_v2() else None
+        assert (str(hashes.v1), v2) == (entry.info_hash_v1, entry.info_hash_v2)
+        paths = [tmp_path / f"{manifest.version}-{entry.base_version}-{n}" for n in range(3)]
+        paths[0].write_bytes(base.data)
+        paths[1].write_bytes(delta.data)
+        apply_delta(paths[0], paths[1], paths[2], expected_sha256=bytes.fromhex(manifest.sha256))
+        assert paths[2].read_bytes() == target.data

@@ -54,6 +54,9 @@ class GatedSource:
             raise self.error
         return self.real.latest()
 
+    def document(self, key: str) -> bytes:
+        return self.real.document(key)
+
 
 class CountingTransfer(MemoryTransfer):
     """A MemoryTransfer that counts the loop's ticks (calls to poll())."""

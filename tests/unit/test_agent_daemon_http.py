@@ -3,7 +3,9 @@ memory store served by a local HTTP server (StoreServer).
 
 The daemon's behaviour is tested over the in-memory origin and transfer
 (test_agent_daemon.py); this is what only the HTTP path has: a download resumed with a
-Range request from a server that ignores it. These tests wait for real threads.
+Range request from a server that ignores it, and a delta (its torrent through
+HttpAnnouncements.document, its bytes through DirectTransfer; a 404 falls back to the
+file). These tests wait for real threads.
 """
 
 from __future__ import annotations
@@ -62,3 +64,28 @@ def test_a_server_that_ignores_ranges_still_gives_a_correct_file(
     again = _agent(tmp_path, server, daemons)
     _run_until(again, lambda: installed(again, 1))
     assert hashlib.sha256(again.layout.current_filter.read_bytes()).hexdigest() == manifest.sha256
+
+
+def test_a_delta_over_http_installs_and_a_missing_one_falls_back(
+    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, daemons: list[AgentDaemon]
+) -> None:
+    publish(store, [f"k{i}" for i in range(300)], deltas=True)
+    daemon = _agent(tmp_path, server, daemons)
+    _run_until(daemon, lambda: installed(daemon, 1))
+    v2 = publish(store, [f"k{i}" for i in range(310)], deltas=True)
+    entry = v2.delta_from(1)
+    assert entry is not None
+    _run_until(daemon, lambda: installed(daemon, 2))
+    assert server.served[entry.key] == entry.size and server.served[v2.filter_key] == 0
+    assert hashlib.sha256(daemon.layout.current_filter.read_bytes()).hexdigest() == v2.sha256
+
+    v3 = publish(store, [f"k{i}" for i in range(320)], deltas=True)
+    missing = v3.delta_from(2)
+    assert missing is not None
+    store.delete([missing.key])  # the object answers 404: the full file instead
+    _run_until(daemon, lambda: installed(daemon, 3))
+    assert server.served[v3.filter_key] == v3.size
+    assert hashlib.sha256(daemon.layout.current_filter.read_bytes()).hexdigest() == v3.sha256
+    fallbacks = daemon.metrics.registry.get_sample_value(
+        "bloomswarm_agent_delta_fallbacks_total", {"reason": "missing"})
+    assert fallbacks == 1

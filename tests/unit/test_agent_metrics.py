@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 
 from bloomswarm.agent.metrics import AgentMetrics, StatusServer
-from bloomswarm.agent.transfer import TransferStatus
+from bloomswarm.agent.transfer import DeltaKey, TransferStatus
 
 
 def _status(version: int, *, peers: int = 0, origin: int = 0, from_peers: int = 0, uploaded: int = 0,
-            hash_failures: int = 0, progress: float = 0.5) -> TransferStatus:
+            hash_failures: int = 0, progress: float = 0.5, base: int | None = None) -> TransferStatus:
     return TransferStatus(version=version, state="downloading", progress=progress, total_bytes=100,
                           bytes_from_peers=from_peers, bytes_from_origin=origin, bytes_uploaded=uploaded,
-                          peers=peers, hash_failures=hash_failures, finished=False)
+                          peers=peers, hash_failures=hash_failures, finished=False, base=base)
 
 
 def _value(metrics: AgentMetrics, name: str, **labels: str) -> float:
@@ -46,6 +46,21 @@ def test_transfer_totals_become_counters() -> None:
     metrics.observe_transfers([_status(1, origin=4)], downloading=None)
     assert _value(metrics, "bytes_from_origin_total") == 34
     assert _value(metrics, "download_version") == 0 and _value(metrics, "download_progress") == 0
+
+
+def test_a_delta_is_counted_apart_from_its_versions_file() -> None:
+    metrics = AgentMetrics()
+    delta = DeltaKey(3, 2)
+    metrics.observe_transfers([_status(3, origin=6, from_peers=4, base=2), _status(2, uploaded=9)],
+                              downloading=delta)
+    assert _value(metrics, "download_version") == 3 and _value(metrics, "download_progress") == 0.5
+    metrics.observe_transfers([_status(3, origin=8, from_peers=4, base=2),  # the delta: +2
+                               _status(3, origin=50)], downloading=3)  # v3's file, a transfer of its own
+    assert _value(metrics, "delta_bytes_total") == 12
+    assert _value(metrics, "bytes_from_origin_total") == 58 and _value(metrics, "bytes_from_peers_total") == 4
+    metrics.forget(delta)
+    metrics.observe_transfers([_status(3, origin=1, base=2)], downloading=None)
+    assert _value(metrics, "delta_bytes_total") == 13
 
 
 def test_current_version_and_age() -> None:

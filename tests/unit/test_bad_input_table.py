@@ -29,7 +29,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from bloomswarm.commands import HELP
 from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.delta import make_delta
+from bloomswarm.common.delta_format import PAYLOAD_OFFSET
 from bloomswarm.common.signing import write_keypair
 from bloomswarm.main import main
 
@@ -96,7 +99,8 @@ class Fixtures:
     {tmp} a scratch folder; {missing} a path that does not exist; {keys} a text file of
     keys; {empty} an empty file; {filter} a valid filter file; {junk} a file of text that
     is no filter; {truncated} a valid filter cut short; {corrupt} a valid filter with one
-    body byte changed; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
+    body byte changed; {filter_next}, {delta}, {delta_truncated}, {delta_corrupt},
+    {filter_resized}: see :meth:`_delta_files`; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
     {priv_0604} Ed25519 private keys with that mode; {rsa_priv} / {rsa_pub} an RSA
     pair; {toml_*} config files (see :meth:`_configs`); {busy_port} a loopback port this
     module listens on.
@@ -117,6 +121,7 @@ class Fixtures:
         self._file("junk", root / "junk.bsf", b"this is not a filter file\n" * 200)
         self._file("truncated", root / "truncated.bsf", data[: len(data) - 100])
         self._file("corrupt", root / "corrupt.bsf", data[:-1] + bytes([data[-1] ^ 1]))
+        self._delta_files(root, builder, good)
         write_keypair(root / "publisher.key", root / "publisher.pub")
         self._file("priv", root / "publisher.key")
         self._file("pub", root / "publisher.pub")
@@ -160,6 +165,24 @@ class Fixtures:
             "toml_agent_bad_pub": b'data_dir = "/tmp/x"\npublic_keys = ["' + self.values["keys"].encode()
                                   + b'"]\n[s3]\nbucket = "filters"\n',
         }
+
+    def _delta_files(self, root: Path, builder: FilterBuilder, good: Path) -> None:
+        """{filter_next} the next version of {filter}, {delta} the delta between them,
+        {delta_truncated} / {delta_corrupt} that delta cut short / with a stream byte
+        changed, {filter_resized} a filter of other parameters."""
+        builder.add_many([f"next-{i}" for i in range(20)])
+        builder.write(root / "next.bsf", version=2)
+        self._file("filter_next", root / "next.bsf")
+        make_delta(good, root / "next.bsf", root / "next.bsd")
+        delta = (root / "next.bsd").read_bytes()
+        self._file("delta", root / "next.bsd")
+        self._file("delta_truncated", root / "truncated.bsd", delta[:-10])
+        corrupt = bytearray(delta)
+        corrupt[PAYLOAD_OFFSET] ^= 1  # the quotient stream's first bit: one flip more than it says
+        self._file("delta_corrupt", root / "corrupt.bsd", bytes(corrupt))
+        resized = FilterBuilder.for_capacity(400, 0.01)
+        resized.write(root / "resized.bsf")
+        self._file("filter_resized", root / "resized.bsf")
 
     def _file(self, name: str, path: Path, data: bytes | None = None) -> None:
         if data is not None:
@@ -208,8 +231,9 @@ def run_row(row: Row, fixtures: Fixtures, monkeypatch: pytest.MonkeyPatch,
 
 def test_table_covers_every_command() -> None:
     commands = {row.command for row in ROWS}
-    expected = {"bloomswarm", "build", "inspect", "query", "publish", "keygen", "pin", "unpin",
-                "refresh", "versions", "tracker-sync", "agent run", "agent status", "demo"}
+    # Every command the CLI registers (from its own registry, so a new command needs rows).
+    expected = ({"bloomswarm", "demo", "agent run", "agent status"}
+                | {name for name in HELP if name != "agent"})
     assert expected <= commands, f"no rows for {sorted(expected - commands)}"
 
 

@@ -196,6 +196,15 @@ def test_summary_shows_each_round_and_the_client() -> None:
     assert "0 errors, 0 false negatives" in text and "false positives 1.00%" in text
 
 
+def test_summary_shows_the_delta_against_the_file_and_who_used_it() -> None:
+    full, by_delta = _round(round=1, version=1), _round(delta_size=62, by_delta={"agent1"})
+    lines = summary_lines([full, by_delta], _report(), 2, "agent0")
+    row_v1 = next(line for line in lines if line.startswith("  1 "))
+    row_v2 = next(line for line in lines if line.startswith("  2 "))
+    assert " - " in row_v1 and "%" not in row_v1
+    assert "62 B = 6.2%, 1/2 agents" in row_v2
+
+
 @pytest.mark.parametrize(("rounds", "report", "reason"), [
     ([_round(swaps={"agent0": 1.0})], _report(), "did not reach every agent"),
     ([_round()], _report(errors=3, last_error="boom"), "3 errors"),

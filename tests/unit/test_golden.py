@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bloomswarm.common import FilterBuilder, FilterParams, Layout
+from bloomswarm.common.delta import apply_delta, make_delta
 from bloomswarm.common.fastpath import EXTENSION
 from bloomswarm.common.header import HEADER_SIZE, FilterHeader
 
@@ -79,3 +80,35 @@ def test_golden_header_bytes() -> None:
 
 
 GOLDEN_HEADER = "2093faa46d225c4a932993de4ce1a7566080fe2814c3b154248f305ef97eedb7"
+
+
+GOLDEN_DELTA = {
+    Layout.BLOCKED: "c720e594d88c2a6815289da25ba1fd6731779bdf7c772c2379d23b6c1bccbb31",
+    Layout.STANDARD: "dc4f393dffb56b90419280d9410d8886b90eb96a710737c68d876d431ccbe7ae",
+}
+"""SHA-256 of the delta file (docs/format.md, "Delta file") from the golden filter to its next version."""
+
+
+def build_golden_successor(layout: Layout, engine: str, tmp_path: Path) -> Path:
+    """The golden filter's next version: the same parameters, 100 keys dropped, 120 added."""
+    num_bits = 512 * 40 if layout == Layout.BLOCKED else 64 * 320
+    params = FilterParams(layout, num_bits, 7, hash_seed=0xB100F)
+    builder = FilterBuilder(params, capacity=1500, target_fpp=0.01, engine=engine)  # type: ignore[arg-type]
+    builder.add_many(golden_keys()[100:])
+    builder.add_many(np.arange(1000, 1100, dtype=np.uint64))
+    builder.add_many([f"new-{i}" for i in range(120)])
+    path = tmp_path / f"golden-next-{layout.label}-{engine}.bsf"
+    builder.write(path, version=43, created_at=1_700_003_600)
+    return path
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("layout", [Layout.BLOCKED, Layout.STANDARD], ids=["blocked", "standard"])
+def test_golden_delta_hash(layout: Layout, engine: str, tmp_path: Path) -> None:
+    base = build_golden(layout, engine, tmp_path)
+    target = build_golden_successor(layout, engine, tmp_path)
+    delta = tmp_path / f"golden-{layout.label}-{engine}.bsd"
+    make_delta(base, target, delta, engine=engine)  # type: ignore[arg-type]
+    assert hashlib.sha256(delta.read_bytes()).hexdigest() == GOLDEN_DELTA[layout]
+    apply_delta(base, delta, tmp_path / "patched.bsf", engine=engine)  # type: ignore[arg-type]
+    assert (tmp_path / "patched.bsf").read_bytes() == target.read_bytes()

@@ -16,6 +16,8 @@ from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
     attempt_prefix,
     attempt_started_at,
+    delta_key,
+    delta_torrent_key,
     filter_key,
     manifest_key,
     new_attempt_id,
@@ -28,7 +30,7 @@ from bloomswarm.common.canonical_json import canonical_json
 from bloomswarm.common.errors import FormatError, VerificationError
 from bloomswarm.common.filter_summary import FilterSummary
 from bloomswarm.common.header import FilterHeader
-from bloomswarm.common.manifest import Manifest, sign_manifest, verify_manifest
+from bloomswarm.common.manifest import DeltaEntry, Manifest, sign_manifest, verify_manifest
 from bloomswarm.common.params import FilterParams, Layout
 from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.signature_text import encode_signature
@@ -81,6 +83,22 @@ def make_manifest(**changes: Any) -> Manifest:
     return Manifest(**fields)
 
 
+def make_delta_entry(**changes: Any) -> DeltaEntry:
+    base = changes.get("base_version", 2)
+    base = base if base in (1, 2) and not isinstance(base, bool) else 2  # keys need a real one
+    fields: dict[str, Any] = {
+        "base_version": base,
+        "size": 3_900,
+        "sha256": "12" * 32,
+        "info_hash_v1": "34" * 20,
+        "info_hash_v2": "56" * 32,
+        "key": delta_key(3, ATTEMPT, base),
+        "torrent_key": delta_torrent_key(3, ATTEMPT, base),
+    }
+    fields.update(changes)
+    return DeltaEntry(**fields)
+
+
 def make_pointer(**changes: Any) -> Pointer:
     fields: dict[str, Any] = {
         "version": 3,
@@ -102,6 +120,13 @@ def test_object_keys() -> None:
     assert torrent_key(12, ATTEMPT) == f"v12/{ATTEMPT}/filter.torrent"
     assert manifest_key(12) == "v12/manifest.json"
     assert signature_key(12) == "v12/manifest.json.sig"
+    assert delta_key(12, ATTEMPT, 9) == f"v12/{ATTEMPT}/delta-from-v9.bsd"
+    assert delta_torrent_key(12, ATTEMPT, 9) == f"v12/{ATTEMPT}/delta-from-v9.torrent"
+    for bad_base in (0, True):
+        with pytest.raises(ValueError):
+            delta_key(12, ATTEMPT, bad_base)
+        with pytest.raises(ValueError):
+            delta_torrent_key(12, ATTEMPT, bad_base)
     assert LATEST_KEY == "latest.json"
     for bad in (0, -1, True):
         with pytest.raises(ValueError):
@@ -156,11 +181,11 @@ def test_manifest_round_trip_is_canonical() -> None:
 
 def test_unknown_fields_are_kept_and_round_trip() -> None:
     obj = json.loads(make_manifest().to_bytes())
-    obj["deltas"] = [{"from": 2, "key": "v3/delta-2.zst", "sha256": "00" * 32}]
+    obj["patches"] = [{"from": 2, "key": "v3/patch-2.zst", "sha256": "00" * 32}]
     obj["note"] = "ü"
     data = canonical_json(obj)
     manifest = Manifest.from_bytes(data)
-    assert manifest.extra == {"deltas": obj["deltas"], "note": "ü"}
+    assert manifest.extra == {"patches": obj["patches"], "note": "ü"}
     assert manifest.to_bytes() == data
     assert dataclasses.replace(manifest, extra={}) == make_manifest()
 
@@ -189,6 +214,87 @@ def test_hybrid_manifest_bytes_are_unchanged() -> None:
     )
     assert make_manifest().to_bytes() == golden
     assert Manifest.from_bytes(golden).to_bytes() == golden
+
+
+# --- deltas -----------------------------------------------------------------------------
+
+
+def test_manifest_with_deltas_round_trips() -> None:
+    deltas = (make_delta_entry(base_version=2), make_delta_entry(base_version=1, info_hash_v2=None))
+    manifest = make_manifest(deltas=deltas)
+    data = manifest.to_bytes()
+    obj = json.loads(data)
+    assert [d["base_version"] for d in obj["deltas"]] == [2, 1]
+    assert "info_hash_v2" in obj["deltas"][0] and "info_hash_v2" not in obj["deltas"][1]
+    again = Manifest.from_bytes(data)
+    assert again == manifest and again.to_bytes() == data and again.extra == {}
+    assert again.delta_from(1) == deltas[1] and again.delta_from(3) is None
+
+
+def test_a_manifest_without_deltas_has_no_deltas_field() -> None:
+    assert b"deltas" not in make_manifest().to_bytes()
+    obj = json.loads(make_manifest().to_bytes())
+    obj["deltas"] = []
+    assert Manifest.from_bytes(canonical_json(obj)) == make_manifest()
+
+
+def test_the_signature_covers_the_deltas() -> None:
+    data, sig = sign_manifest(make_manifest(deltas=(make_delta_entry(),)), SIGNER)
+    assert verify_manifest(data, sig, PUBLIC).deltas == (make_delta_entry(),)
+    changed = json.loads(data)
+    changed["deltas"][0]["sha256"] = "99" * 32
+    added = json.loads(data)
+    added["deltas"].append(make_delta_entry(base_version=1).to_dict())
+    removed = json.loads(data)
+    del removed["deltas"]
+    for obj in (changed, added, removed):
+        with pytest.raises(VerificationError):
+            verify_manifest(canonical_json(obj), sig, PUBLIC)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("base_version", 0), ("base_version", 3), ("base_version", 4), ("base_version", "2"),
+        ("base_version", True), ("size", 0), ("size", 1.5), ("sha256", "AB" * 32),
+        ("sha256", "12" * 31), ("sha256", "zz" * 32), ("info_hash_v1", "34" * 32),
+        ("info_hash_v2", "56" * 20), ("info_hash_v2", None), ("key", "/abs"),
+        ("key", "v3/../x"), ("key", ""), ("torrent_key", "a\\b"), ("torrent_key", 7),
+        ("note", 1),
+    ],
+)
+def test_bad_delta_entry_is_format_error(field: str, value: Any) -> None:
+    obj = json.loads(make_manifest(deltas=(make_delta_entry(),)).to_bytes())
+    obj["deltas"][0][field] = value
+    with pytest.raises(FormatError, match="delta"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+@pytest.mark.parametrize("field", ["base_version", "size", "sha256", "key", "torrent_key"])
+def test_a_delta_entry_field_is_required(field: str) -> None:
+    obj = json.loads(make_manifest(deltas=(make_delta_entry(),)).to_bytes())
+    del obj["deltas"][0][field]
+    with pytest.raises(FormatError, match=field):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+@pytest.mark.parametrize("value", [None, {}, [1], "x", [[]], 3])
+def test_deltas_must_be_an_array_of_objects(value: object) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["deltas"] = value
+    with pytest.raises(FormatError, match="deltas"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+def test_duplicate_delta_base_is_refused() -> None:
+    with pytest.raises(FormatError, match="repeat"):
+        make_manifest(deltas=(make_delta_entry(), make_delta_entry(size=7)))
+    with pytest.raises(FormatError, match="below 3"):
+        make_manifest(deltas=(make_delta_entry(base_version=3),))
+    with pytest.raises(FormatError, match="tuple of DeltaEntry"):
+        make_manifest(deltas=[make_delta_entry()])
+    with pytest.raises(FormatError, match="tuple of DeltaEntry"):
+        make_manifest(deltas=(make_delta_entry().to_dict(),))
 
 
 @pytest.mark.parametrize("value", [None, "", "ef" * 20, "EF" * 32])
@@ -353,6 +459,32 @@ def test_manifest_round_trips(manifest: Manifest) -> None:
     assert again.to_bytes() == data
 
 
+def _with_deltas(manifest: Manifest) -> st.SearchStrategy[Manifest]:
+    entries = st.builds(
+        DeltaEntry,
+        base_version=st.integers(1, max(manifest.version - 1, 1)),
+        size=st.integers(1, 2**50),
+        sha256=_hex(64),
+        info_hash_v1=_hex(40),
+        info_hash_v2=st.none() | _hex(64),
+        key=st.just(f"v1/{ATTEMPT}/delta-from-v1.bsd"),
+        torrent_key=st.just(f"v1/{ATTEMPT}/delta-from-v1.torrent"),
+    )
+    if manifest.version == 1:
+        return st.just(manifest)
+    unique = st.lists(entries, max_size=5, unique_by=lambda d: d.base_version)
+    return unique.map(lambda ds: dataclasses.replace(manifest, deltas=tuple(ds)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(manifests.flatmap(_with_deltas))
+def test_any_manifest_with_deltas_round_trips(manifest: Manifest) -> None:
+    data = manifest.to_bytes()
+    again = Manifest.from_bytes(data)
+    assert again == manifest and again.to_bytes() == data
+    assert (b'"deltas"' in data) == bool(manifest.deltas)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_random_bytes_only_raise_format_error(data: bytes) -> None:
@@ -413,6 +545,18 @@ def test_a_filter_field_is_validated_once_parsed_or_constructed(field: str, valu
     obj[field] = value
     parsed = _outcome(lambda: FilterSummary.from_dict(json.loads(json.dumps(obj))))
     built = _outcome(lambda: dataclasses.replace(FILTER, **{field: value}))
+    assert parsed == built
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(sorted(make_delta_entry().to_dict())), json_values)
+def test_a_delta_field_is_validated_once_parsed_or_constructed(field: str, value: Any) -> None:
+    if field == "info_hash_v2" and value is None:
+        return  # None constructs a v1-torrent entry; a JSON null is refused (tested above)
+    obj = make_delta_entry().to_dict()
+    obj[field] = value
+    parsed = _outcome(lambda: DeltaEntry.from_dict(json.loads(json.dumps(obj))))
+    built = _outcome(lambda: make_delta_entry(**{field: value}))
     assert parsed == built
 
 

@@ -25,7 +25,7 @@ from bloomswarm.agent.memory_transfer import (
     memory_url_key,
 )
 from bloomswarm.agent.origin import Origin, S3Origin
-from bloomswarm.agent.transfer import OriginURL, Transfer, TransferStatus
+from bloomswarm.agent.transfer import DeltaKey, OriginURL, Transfer, TransferStatus
 from bloomswarm.common.errors import ObjectNotFound, StorageError
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import MemoryObjectStore
@@ -318,3 +318,31 @@ def test_these_tests_can_open_no_socket_and_cannot_sleep() -> None:
         socket.socket()
     with pytest.raises(AssertionError, match="sleep"):
         time.sleep(0)
+
+
+def test_a_delta_is_a_transfer_of_its_own_beside_its_versions_file(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin
+) -> None:
+    publish(store, ["a", "b"], deltas=True)
+    v2 = publish(store, ["a", "c"], deltas=True)
+    entry = v2.delta_from(1)
+    assert entry is not None
+    delta_torrent = store.get(entry.torrent_key)
+    assert delta_torrent is not None
+    key = DeltaKey(2, 1)
+    transfer = MemoryTransfer(origin)
+    transfer.start_download(key, delta_torrent.data, tmp_path, origin.url_factory(entry.key))
+    transfer.start_download(2, _torrent(store, v2), tmp_path, origin.url_factory(v2.filter_key))
+    assert transfer.versions() == [2, key]
+    transfer.inject_error(key)  # faults are per key: the file's download is untouched
+    transfer.poll()
+    delta, file = transfer.status(key), _status(transfer, 2)
+    assert delta is not None and delta.key == key and delta.base == 1 and delta.state == "error"
+    assert file.key == 2 and file.base is None and file.finished
+    transfer.start_download(key, delta_torrent.data, tmp_path, origin.url_factory(entry.key))
+    transfer.poll()
+    stored = store.get(entry.key)
+    assert stored is not None and (tmp_path / "delta-from-v1.bsd").read_bytes() == stored.data
+    assert transfer.save_resume_data() == {}
+    transfer.remove(2)
+    assert transfer.versions() == [key]

@@ -10,6 +10,8 @@ import pytest
 
 from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
+    delta_key,
+    delta_torrent_key,
     filter_key,
     manifest_key,
     new_attempt_id,
@@ -18,10 +20,19 @@ from bloomswarm.common.bucket_layout import (
 from bloomswarm.common.errors import StorageError
 from bloomswarm.common.pointer import Pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.storage import MemoryObjectStore
-from bloomswarm.publisher.publish import MAX_CLAIM_ATTEMPTS, forward_to, publish_filter
-from bloomswarm.publisher.versions import scan_versions
+from bloomswarm.publisher.config import DeltaConfig, PublisherConfig
+from bloomswarm.publisher.deltas import choose_bases
+from bloomswarm.publisher.publish import (
+    MAX_CLAIM_ATTEMPTS,
+    PublishResult,
+    forward_to,
+    publish_filter,
+)
+from bloomswarm.publisher.versions import newest_manifests, scan_versions
 from tests.unit.publishing_helpers import (
+    check_deltas,
     check_version,
+    churned_keys,
     latest_pointer,
     make_builder,
     make_config,
@@ -198,3 +209,128 @@ def test_work_dir_is_used_and_cleaned(tmp_path: Path) -> None:
     config = dataclasses.replace(CONFIG, work_dir=tmp_path)
     publish_filter(store, config, make_builder(["a"]), KEY, "f", progress=False)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- sizing and deltas ----------------------------------------------------------------
+
+
+def _publish_keys(store: MemoryObjectStore, keys: list[str], config: PublisherConfig = CONFIG,
+                  *, capacity: int = 20_000) -> PublishResult:
+    return publish_filter(store, config, make_builder(keys, capacity=capacity), KEY, "f",
+                          progress=False)
+
+
+def test_versions_with_the_same_parameters_list_deltas_that_rebuild_them(tmp_path: Path) -> None:
+    store = MemoryObjectStore()
+    results = [_publish_keys(store, churned_keys(20_000, v)) for v in (1, 2, 3)]
+    assert [(r.version, r.sizing, r.previous) for r in results] == [
+        (1, "resized", None), (2, "kept", 1), (3, "kept", 2)]
+    assert results[0].manifest.deltas == ()
+    assert [d.base_version for d in results[1].manifest.deltas] == [1]
+    assert [d.base_version for d in results[2].manifest.deltas] == [2, 1]
+    for result in results:
+        check_version(store, result.version, PUBLIC)  # the signature covers the deltas
+        check_deltas(store, result.manifest, tmp_path)
+    one_back, two_back = results[2].manifest.deltas
+    assert one_back.size < two_back.size < results[2].manifest.size * CONFIG.deltas.max_share
+    assert one_back.key == delta_key(3, one_back.key.split("/")[1], 2)
+    assert one_back.torrent_key == delta_torrent_key(3, one_back.key.split("/")[1], 2)
+
+
+def test_a_resized_version_has_no_deltas() -> None:
+    store = MemoryObjectStore()
+    _publish_keys(store, churned_keys(20_000, 1))
+    resized = _publish_keys(store, churned_keys(20_000, 2), capacity=30_000)
+    assert (resized.sizing, resized.previous, resized.manifest.deltas) == ("resized", 1, ())
+    after = _publish_keys(store, churned_keys(20_000, 3))  # v1's parameters again: v1 only
+    assert [d.base_version for d in after.manifest.deltas] == [1]
+
+
+def test_max_bases_limits_the_deltas_and_zero_turns_them_off() -> None:
+    store = MemoryObjectStore()
+    one = dataclasses.replace(CONFIG, deltas=DeltaConfig(max_bases=1))
+    for version in (1, 2, 3):
+        result = _publish_keys(store, churned_keys(20_000, version), one)
+    assert [d.base_version for d in result.manifest.deltas] == [2]
+    off = _publish_keys(store, churned_keys(20_000, 4),
+                        dataclasses.replace(CONFIG, deltas=DeltaConfig(max_bases=0)))
+    assert (off.sizing, off.manifest.deltas) == ("kept", ())
+
+
+def test_a_delta_over_the_size_limit_is_skipped() -> None:
+    store = MemoryObjectStore()
+    _publish_keys(store, churned_keys(20_000, 1))
+    strict = dataclasses.replace(CONFIG, deltas=DeltaConfig(max_share=0.2))
+    full_churn = _publish_keys(store, [f"other-{i}" for i in range(20_000)], strict)
+    assert (full_churn.sizing, full_churn.manifest.deltas) == ("kept", ())
+    assert not [k for k in store.list() if "delta-from" in k]
+
+
+def test_a_base_file_that_does_not_match_its_manifest_gives_no_delta(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = MemoryObjectStore()
+    first = _publish_keys(store, churned_keys(20_000, 1))
+    _publish_keys(store, churned_keys(20_000, 2))
+    stored = store.get(first.manifest.filter_key)
+    assert stored is not None
+    store.put(first.manifest.filter_key, stored.data[:-1] + bytes([stored.data[-1] ^ 1]))
+    third = _publish_keys(store, churned_keys(20_000, 3))
+    assert [d.base_version for d in third.manifest.deltas] == [2]
+    assert "no delta from v1: its file does not match its manifest's SHA-256" in caplog.text
+
+
+class CountingStore(MemoryObjectStore):
+    """Counts download_file calls; fails the put of keys containing ``fail_on``."""
+
+    downloads = 0
+    fail_on: str | None = None
+
+    def download_file(self, key: str, path: Path) -> None:
+        self.downloads += 1
+        super().download_file(key, path)
+
+    def put(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if self.fail_on is not None and self.fail_on in key:
+            raise StorageError(f"injected failure writing {key}")
+        return super().put(key, data, **kwargs)
+
+
+def test_the_cache_dir_saves_downloads_and_is_verified(tmp_path: Path) -> None:
+    store = CountingStore()
+    cached = dataclasses.replace(
+        CONFIG, deltas=DeltaConfig(max_bases=2, cache_dir=tmp_path / "cache"))
+    for version in (1, 2, 3):
+        _publish_keys(store, churned_keys(20_000, version), cached)
+    assert store.downloads == 0
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "cache").iterdir()) == ["v2", "v3"]
+    v3 = next((tmp_path / "cache").glob("v3-*.bsf"))
+    v3.write_bytes(b"tampered")
+    fourth = _publish_keys(store, churned_keys(20_000, 4), cached)
+    assert store.downloads == 1 and [d.base_version for d in fourth.manifest.deltas] == [3, 2]
+    uncached = _publish_keys(store, churned_keys(20_000, 5))
+    assert store.downloads == 1 + 4 and len(uncached.manifest.deltas) == 4
+
+
+def test_the_manifest_comes_after_the_deltas() -> None:
+    store = CountingStore()
+    _publish_keys(store, churned_keys(20_000, 1))
+    store.fail_on = "delta-from-v1.torrent"
+    with pytest.raises(StorageError, match="injected"):
+        _publish_keys(store, churned_keys(20_000, 2))
+    assert not store.exists(manifest_key(2))
+    assert latest_pointer(store, PUBLIC).version == 1
+
+
+def test_choose_bases_takes_the_newest_with_equal_parameters() -> None:
+    store = MemoryObjectStore()
+    for version, capacity in ((1, 20_000), (2, 30_000), (3, 20_000), (4, 20_000)):
+        _publish_keys(store, churned_keys(1000, version), capacity=capacity)
+    manifests = newest_manifests(store, 10)
+    assert [m.version for m in manifests] == [4, 3, 2, 1]
+    params = manifests[0].filter.to_params()
+    assert [m.version for m in choose_bases(params, 5, manifests, 8)] == [4, 3, 1]
+    assert [m.version for m in choose_bases(params, 5, manifests, 2)] == [4, 3]
+    assert [m.version for m in choose_bases(params, 4, manifests, 8)] == [3, 1]
+    assert choose_bases(params, 5, manifests, 0) == []
+    assert [m.version for m in newest_manifests(store, 2, below=4)] == [3, 2]

@@ -17,7 +17,13 @@ from bloomswarm.common.storage import MemoryObjectStore, PendingUpload
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.retention import apply_retention, plan_retention
 from bloomswarm.publisher.versions import read_manifest, scan_versions
-from tests.unit.publishing_helpers import check_version, make_builder, make_config, new_key
+from tests.unit.publishing_helpers import (
+    check_version,
+    churned_keys,
+    make_builder,
+    make_config,
+    new_key,
+)
 
 KEY = new_key()
 PUBLIC = [KEY.public_key()]
@@ -124,3 +130,20 @@ def test_stale_multipart_uploads_are_aborted() -> None:
 
     apply_retention(WithUploads(), keep_versions=1, grace_s=HOUR, now=now)
     assert aborted == ["old"]
+
+
+def test_deltas_go_with_their_versions() -> None:
+    store = MemoryObjectStore()
+    for version in (1, 2, 3, 4):
+        publish_filter(store, CONFIG, make_builder(churned_keys(20_000, version), capacity=20_000),
+                       KEY, "f", progress=False)
+    deltas = {v: read_manifest(store, v).deltas for v in (2, 3, 4)}
+    assert [d.base_version for d in deltas[4]] == [3, 2, 1]
+    plan = apply_retention(store, keep_versions=2, grace_s=HOUR)
+    assert plan.deleted_versions == (1, 2)
+    remaining = store.list()
+    assert not [k for k in remaining if k.startswith(("v1/", "v2/"))]
+    for entry in deltas[3] + deltas[4]:  # kept versions keep every delta, from gone bases too
+        assert entry.key in remaining and entry.torrent_key in remaining
+    deleted_deltas = sorted(k for k in plan.delete_keys if "delta-from" in k)
+    assert deleted_deltas == sorted(k for d in deltas[2] for k in (d.key, d.torrent_key))

@@ -17,7 +17,7 @@ from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
-from tests.unit.publishing_helpers import make_builder, make_config, new_key
+from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key
 
 KEY = new_key()
 CONFIG = make_config()
@@ -106,3 +106,18 @@ def test_pid_file_must_hold_a_pid(tmp_path: Path) -> None:
         read_pid_file(tmp_path / "bad.pid")
     (tmp_path / "ok.pid").write_text(f"{os.getpid()}\n")
     assert read_pid_file(tmp_path / "ok.pid") == os.getpid()
+
+
+def test_the_deltas_hashes_are_whitelisted_too(tmp_path: Path) -> None:
+    store = MemoryObjectStore()
+    hybrid = make_config(torrent_format="hybrid")
+    for version in (1, 2, 3):
+        publish_filter(store, hybrid, make_builder(churned_keys(20_000, version), capacity=20_000),
+                       KEY, "f", progress=False)
+    result = sync_whitelist(store, tmp_path / "w")
+    manifests = [read_manifest(store, v) for v in (1, 2, 3)]
+    torrents = [(m.info_hash_v1, m.info_hash_v2) for m in manifests]
+    torrents += [(d.info_hash_v1, d.info_hash_v2) for m in manifests for d in m.deltas]
+    assert len(torrents) == 6
+    expected = sorted(h for v1, v2 in torrents for h in (v1, (v2 or "")[:40]))
+    assert list(result.hashes) == expected and len(set(expected)) == 12
