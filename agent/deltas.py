@@ -33,7 +33,6 @@ daemon then fetches the full file:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,19 +41,18 @@ from bloomswarm.common.bucket_layout import delta_file_name
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.delta import apply_delta, read_delta_header
 from bloomswarm.common.errors import BloomswarmError, DeltaError, DeltaFallback
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.header import HEADER_SIZE
 from bloomswarm.common.manifest import DeltaEntry, Manifest
 
 from .gc import installed_versions
 from .transfer import DeltaKey
-from .verify import CheckFailed, file_sha256, read_torrent
+from .verify import CheckFailed, read_torrent
 
 FALLBACK_REASONS = (
     "base_missing", "missing", "delta_hash", "base_modified", "corrupt", "wrong_result", "stalled",
 )
 """Every label of ``delta_fallbacks_total{reason}``."""
-
-_READ_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -175,15 +173,10 @@ def apply_fetched_delta(plan: DeltaPlan, manifest: Manifest, layout: DataDir) ->
 
 def _body_matches(path: Path, sha256: bytes) -> bool:
     """Whether the body of the filter at ``path`` (after its header) hashes to ``sha256``."""
-    digest = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            fh.seek(HEADER_SIZE)
-            while chunk := fh.read(_READ_CHUNK):
-                digest.update(chunk)
+        return bytes.fromhex(file_sha256(path, offset=HEADER_SIZE)) == sha256
     except OSError:
         return False
-    return digest.digest() == sha256
 
 
 __all__ = [

@@ -24,7 +24,6 @@ torrent never reaches a transfer. Nothing here modifies the file.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +31,11 @@ import libtorrent as lt
 
 from bloomswarm.common.bucket_layout import FILTER_FILE_NAME
 from bloomswarm.common.errors import CheckFailed, FormatError
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.header import FilterHeader, read_header
 from bloomswarm.common.manifest import Manifest
 
 from .transfer import TransferStatus
-
-_READ_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -107,15 +105,6 @@ def check_transfer(status: TransferStatus | None) -> None:
         )
 
 
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path``, lower-case hex (reads it in 1 MiB chunks)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while chunk := fh.read(_READ_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check_file(manifest: Manifest, path: Path) -> FilterHeader:
     """Checks ``size``, ``sha256`` and ``header`` of the file at ``path``; its header.
 
@@ -160,7 +149,6 @@ __all__ = [
     "check_file",
     "check_torrent",
     "check_transfer",
-    "file_sha256",
     "read_torrent",
     "verify_download",
 ]

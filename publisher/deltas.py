@@ -16,7 +16,6 @@ like a failed filter upload.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import shutil
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from bloomswarm.common.bucket_layout import delta_file_name, delta_key, delta_torrent_key
 from bloomswarm.common.errors import FormatError, StorageError
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.header import HEADER_SIZE
 from bloomswarm.common.manifest import DeltaEntry, Manifest
 from bloomswarm.common.params import FilterParams
@@ -34,9 +34,6 @@ from .config import DeltaConfig, PublisherConfig
 from .torrent import make_torrent
 
 log = logging.getLogger("bloomswarm.publish")
-
-_HASH_STEP = 1 << 22
-"""Bytes read per step when hashing a base file."""
 
 
 def choose_bases(
@@ -174,15 +171,6 @@ def remember_version(deltas: DeltaConfig, manifest: Manifest, path: Path) -> Non
         log.warning("cannot keep v%d in the cache %s: %s", manifest.version, deltas.cache_dir, exc)
 
 
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path``, hex."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_HASH_STEP):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _cache_path(deltas: DeltaConfig, manifest: Manifest) -> Path | None:
     if deltas.cache_dir is None:
         return None
@@ -201,7 +189,6 @@ def _cached_versions(cache_dir: Path) -> list[tuple[int, Path]]:
 __all__ = [
     "base_file",
     "choose_bases",
-    "file_sha256",
     "make_deltas",
     "remember_version",
 ]

@@ -20,7 +20,6 @@ The demo, the swarm and soak benchmarks and the functional tests drive a fleet w
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
@@ -36,6 +35,7 @@ from cryptography.hazmat.primitives import serialization
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import FleetError
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config, S3ObjectStore
@@ -487,7 +487,7 @@ class LocalFleet(Service):
         """Every agent holds ``manifest``'s version with its SHA-256; FleetError if not."""
         for agent in self.agents:
             installed = DataDir(agent.data_dir).filter_file(manifest.version)
-            if _sha256(installed) != manifest.sha256:
+            if file_sha256(installed) != manifest.sha256:
                 raise FleetError(f"{agent.root.name}: {installed} is not v{manifest.version}'s file")
 
     def wait_for_version(
@@ -536,13 +536,6 @@ class LocalFleet(Service):
             parts.append(f"--- {view.name}: {view.status}\n{agent.log()[-2000:]}")
         return "\n".join(parts)
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 __all__ = ["AgentView", "Discovery", "FleetError", "FleetSpec", "LocalFleet", "Published"]

@@ -22,6 +22,7 @@ from typing import Any
 
 import libtorrent as lt
 
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.sandbox.origin import Origin
 from bloomswarm.sandbox.swarm_worker import Report, WorkerProcess
 
@@ -41,14 +42,6 @@ def write_random_file(path: Path, size: int) -> str:
             left -= len(chunk)
     return digest.hexdigest()
 
-
-def sha256_of(path: Path) -> str:
-    """SHA-256 hex digest of a file."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        while chunk := file.read(4 * MIB):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -95,7 +88,7 @@ def make_test_torrent(
         info_hash_v1=str(hashes.v1),
         info_hash_v2=str(hashes.v2) if hashes.has_v2() else "",
         size=file.stat().st_size,
-        sha256=sha256_of(file),
+        sha256=file_sha256(file),
         piece_size=piece_size,
     )
 
@@ -213,7 +206,7 @@ def run_workers(
         # Let the last blocks' alerts be counted: take the newest report of each.
         time.sleep(0.6)
         finals = [w.latest or r for w, r in zip(workers, finals, strict=True)]
-        correct = tuple(sha256_of(workdir / f"agent-{i}" / torrent.name) == torrent.sha256
+        correct = tuple(file_sha256(workdir / f"agent-{i}" / torrent.name) == torrent.sha256
                         for i in range(agents))
         return WorkersResult(
             agents=agents,

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.sandbox.swarm_worker import WorkerProcess
-from bloomswarm.sandbox.worker_swarm import MIB, make_test_torrent, sha256_of, write_random_file
+from bloomswarm.sandbox.worker_swarm import MIB, make_test_torrent, write_random_file
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -86,7 +87,7 @@ def test_two_workers_find_each_other_by_lsd_alone(netns: str, tmp_path: Path) ->
         done = leecher.wait_finished(60)
         assert done["bytes_from_peers"] == torrent.size and done["bytes_from_origin"] == 0, done
         assert done["hash_failures"] == 0
-        assert sha256_of(tmp_path / "leecher" / torrent.name) == torrent.sha256
+        assert file_sha256(tmp_path / "leecher" / torrent.name) == torrent.sha256
         # The control ran as long with the same seed in the namespace, LSD off: nobody.
         time.sleep(max(0.0, 3.0 - (time.monotonic() - started)))
         control.wait_for(lambda r: r.get("event") == "status" and r["t"] >= 2.0, 10)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.sandbox.origin import Origin
 from bloomswarm.sandbox.swarm_worker import Report, WorkerProcess
 from bloomswarm.sandbox.tracker import OpenTracker
@@ -33,7 +34,6 @@ from bloomswarm.sandbox.worker_swarm import (
     loopback_swarm,
     make_test_torrent,
     run_workers,
-    sha256_of,
     worker_spec,
     write_random_file,
 )
@@ -106,7 +106,7 @@ def test_one_agent_downloads_from_the_origin_alone(
         time.sleep(0.6)  # the next report has the final counts
         final = worker.latest
         assert final is not None
-        assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+        assert file_sha256(tmp_path / "agent" / torrent.name) == torrent.sha256
         assert final["state"] == "seeding" and final["progress"] == 1.0
         assert final["bytes_from_peers"] == 0 and final["hash_failures"] == 0
         assert final["bytes_from_origin"] == torrent.size
@@ -197,7 +197,7 @@ def test_corrupt_pieces_from_a_peer_are_detected_and_the_download_completes(
     final = agent.latest
     assert final is not None
     assert final["hash_failures"] >= 1, final
-    assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+    assert file_sha256(tmp_path / "agent" / torrent.name) == torrent.sha256
     assert final["bytes_from_origin"] == 0 and final["bytes_from_peers"] > 0, final
     assert int((honest.latest or {}).get("bytes_uploaded", 0)) > 0, honest.latest
     evil.stop()
@@ -237,7 +237,7 @@ def test_a_killed_download_resumes_from_its_resume_data(
         assert final is not None
     finally:
         origin.stop()
-    assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+    assert file_sha256(tmp_path / "agent" / torrent.name) == torrent.sha256
     # Only what was missing at the last save came again (plus the pieces in flight).
     missing = (1.0 - progress_saved) * torrent.size
     assert final["bytes_from_origin"] <= missing + 4 * MIB, (final, progress_saved)
@@ -267,7 +267,7 @@ def _download_alone(torrent: TestTorrent, directory: Path, spawn: Spawn, name: s
         worker.wait_finished(60)
     finally:
         origin.stop()
-    assert sha256_of(directory / torrent.name) == torrent.sha256
+    assert file_sha256(directory / torrent.name) == torrent.sha256
     return worker, origin
 
 
@@ -288,7 +288,7 @@ def test_the_upload_rate_limit_holds_for_peers_on_loopback(
     spec = worker_spec(torrent, tmp_path / "agent", loopback_swarm(trackers=trackers), report_interval=0.2)
     leech = spawn(spec, "leech")  # no origin: peers only
     leech.wait_finished(60)
-    assert sha256_of(tmp_path / "agent" / torrent.name) == torrent.sha256
+    assert file_sha256(tmp_path / "agent" / torrent.name) == torrent.sha256
     assert _transfer_seconds(leech, "bytes_from_peers") >= 0.6 * torrent.size / cap - 0.2
     seed.stop()
 
@@ -339,7 +339,7 @@ def test_aria2c_downloads_from_the_agents_swarm(
                 os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
     assert process.returncode == 0, output.decode(errors="replace")[-3000:]
-    assert sha256_of(out / v1.name) == torrent.sha256
+    assert file_sha256(out / v1.name) == torrent.sha256
     time.sleep(0.5)
     assert sum(int((s.latest or {}).get("bytes_uploaded", 0)) for s in seeds) >= torrent.size
 
