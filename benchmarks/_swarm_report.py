@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from benchmarks._common import Check
 
 if TYPE_CHECKING:
+    from benchmarks._swarm_delta import DeltaPoint
     from benchmarks.swarm import Point
 
 MIB = 1024 * 1024
@@ -87,8 +88,10 @@ def _caps_title(points: Sequence[Point]) -> str:
     return f"per-agent cap {p.upload_cap / MIB:g} MiB/s, origin cap {p.origin_cap / MIB:g} MiB/s"
 
 
-def markdown_table(p2p: Sequence[Point], direct: Sequence[Point], checks: Sequence[Check]) -> str:
-    """The results as a Markdown table, the direct/P2P ratios and the checks."""
+def markdown_table(p2p: Sequence[Point], direct: Sequence[Point], checks: Sequence[Check],
+                   delta: Sequence[DeltaPoint] = ()) -> str:
+    """The results as a Markdown table, the direct/P2P ratios, the delta mode's table
+    (when it ran) and the checks."""
     lines = [
         "| mode | N | file | p50 (s) | p99 (s) | max (s) | minimum (s) | max / minimum | origin egress "
         "| received from peers | CPU busy |",
@@ -111,4 +114,16 @@ def markdown_table(p2p: Sequence[Point], direct: Sequence[Point], checks: Sequen
     checks_text = [f"- {c.status}: {c.name}: "
                    f"{'n/a' if c.value is None else f'{c.value:.2f}'} (target {c.op} {c.target:g})"
                    for c in checks]
-    return "\n".join([*lines, "", *ratios, "", *checks_text, ""])
+    if not p2p and not direct:
+        lines = []
+    return "\n".join([*lines, "", *ratios, "", *delta_markdown(delta), *checks_text, ""])
+
+
+def delta_markdown(points: Sequence[DeltaPoint]) -> list[str]:
+    """The delta mode's table (lines, then a blank), or nothing."""
+    from benchmarks._swarm_delta import DELTA_HEADERS, delta_table_rows
+
+    if not points:
+        return []
+    rows = [f"| {' | '.join(row)} |" for row in delta_table_rows(points)]
+    return [f"| {' | '.join(DELTA_HEADERS)} |", "|" + "---|" * len(DELTA_HEADERS), *rows, ""]

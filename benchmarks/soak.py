@@ -16,6 +16,11 @@ agent (warm-up); then, for ``--duration`` seconds:
 - a new version is published every ``--publish-interval`` s (key sets in
   :mod:`benchmarks.soak_keys`: stable keys plus a sliding window of rolling keys);
 - every ``--kill-interval`` s a random agent is killed with SIGKILL and started again;
+- agents install each version from a delta of the version they hold when the manifest
+  lists one (``--no-deltas``: the agents' ``install.deltas = false``, always the full
+  file); every version holds the same number of keys, so the publisher keeps its
+  parameters and makes a delta from each of the newest versions in the bucket (up to
+  its ``deltas.max_bases``, 8; the soak runs no retention);
 - ``--lookup-processes`` processes (``spawn``) look keys up continuously through
   LiveFilter in the agents' data directories (each directory followed by one process;
   :mod:`benchmarks.soak_lookups`), checking that keys common to consecutive versions are
@@ -28,7 +33,12 @@ one fails): no lookup exception, no false negative, no lookup process lost, ever
 on the last version, no version skipped by an agent that was up while it was the latest,
 no agent process with RSS or FDs grown past the stated bound from the warm-up sample to
 the end, every data directory within retention (at most ``keep_versions + 1`` filter
-files' worth of disk at any sample, ``keep_versions`` versions and no staging at the end).
+files' worth of disk at any sample, ``keep_versions`` versions and no staging at the end),
+every version after v1 published with a delta from the one before it, with deltas on at
+least one install by delta, and every agent's ``/metrics`` at the end agreeing with its
+log's last process (delta installs, swaps, fallbacks by reason). The report counts, per
+agent and in total, installs by delta and in full, fallbacks by reason, and how each
+restarted agent caught up (:mod:`benchmarks.soak_deltas`).
 """
 
 from __future__ import annotations
@@ -54,6 +64,12 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import Check, load_average, machine_info, write_json
+from benchmarks.soak_deltas import (
+    agent_delta_summary,
+    delta_log,
+    metrics_disagreement,
+    total_delta_summary,
+)
 from benchmarks.soak_keys import KeyPlan
 from benchmarks.soak_lookups import LookupJob, LookupReport, lookup_worker
 from benchmarks.soak_probes import (
@@ -88,6 +104,8 @@ SOAK_SWARM: dict[str, object] = {
 """The agents' swarm timings, scaled to a version every 20 s on loopback as the functional
 tests' are: the defaults (10 s before retrying a failed origin, re-announces up to 15 s
 apart) suit versions published minutes or hours apart. ``--swarm KEY=VALUE`` overrides."""
+KEPT_METRICS = ("bloomswarm_agent_delta_", "bloomswarm_agent_swaps_total")
+"""The /metrics samples the result keeps per agent (name prefixes)."""
 METADATA_SLACK = 1 * MIB
 """Disk allowed beyond the filter files: manifests, torrents, resume data, state.json."""
 
@@ -129,7 +147,8 @@ class Soak:
         spec = FleetSpec(agents=args.agents, discovery=args.discovery, origin_fault_rate=args.fault_rate,
                          keep_versions=args.keep_versions, swarm=swarm_settings(args.swarm),
                          agent_tables={"s3": {"read_timeout_s": args.s3_read_timeout,
-                                              "max_attempts": args.s3_attempts}})
+                                              "max_attempts": args.s3_attempts},
+                                       "install": {"deltas": args.deltas}})
         self.fleet = LocalFleet(root / "fleet", spec)
         self.tracks: list[AgentTrack] = []
         self.versions: list[dict[str, Any]] = []
@@ -144,6 +163,8 @@ class Soak:
         self.convergence_error: str | None = None
         self.aborted: str | None = None
         self.origin: OriginCounts | None = None
+        self.final_metrics: dict[str, dict[str, float]] = {}
+        """Each agent's /metrics samples after the final convergence (its last process)."""
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -164,9 +185,16 @@ class Soak:
         if published.version != version:
             raise FleetError(f"published v{published.version}, expected v{version}")
         at = time.monotonic() - (time.time() - published.announced_at) - self.t0
+        manifest = published.manifest
+        params = manifest.filter.to_params()
+        deltas = [{"base": d.base_version, "size": d.size} for d in sorted(manifest.deltas,
+                                                                          key=lambda d: d.base_version)]
         self.versions.append({"version": version, "announced_at_s": round(at, 3),
-                              "announced_at": published.announced_at, "size": published.manifest.size})
-        self.say(f"published v{version} ({published.manifest.size:,} bytes)")
+                              "announced_at": published.announced_at, "size": manifest.size,
+                              "num_bits": params.num_bits, "num_probes": params.num_probes,
+                              "deltas": deltas})
+        listed = ", ".join(f"from v{d['base']} {d['size']:,}" for d in deltas) or "none"
+        self.say(f"published v{version} ({manifest.size:,} bytes; deltas: {listed})")
         return version
 
     # -- phases ------------------------------------------------------------------------
@@ -176,8 +204,9 @@ class Soak:
         started = time.time()
         try:
             self.fleet.start(on_step=lambda what: self.say(f"starting {what}"))
-            self.tracks = [AgentTrack(agent) for agent in self.fleet.agents]
             self.fleet.wait_until_up(limit_s=60.0 + 10.0 * args.agents)
+            # after wait_until_up: it replaces an agent whose port was taken at start
+            self.tracks = [AgentTrack(agent) for agent in self.fleet.agents]
             self.t0 = time.monotonic()  # provisional, so announcement times are relative
             self.publish()
             self.fleet.wait_for_version(1, limit_s=args.converge_timeout)
@@ -334,6 +363,8 @@ class Soak:
             self.say(f"NOT converged: {self.convergence_error}")
         for view in self.fleet.views():
             self.converged[view.name] = view.version == last
+            if view.status is not None:
+                self.final_metrics[view.name] = dict(view.status.get("metrics", {}))
         self.say(f"{sum(self.converged.values())}/{len(self.converged)} agents on v{last}")
         time.sleep(2.0)  # let the last GC and lookups settle
         self.sample_disks(final=True)
@@ -379,8 +410,16 @@ class Soak:
         rss_violations = fd_violations = disk_violations = unexcused = 0
         all_delays: list[float] = []
         all_seen: list[float] = []
+        disagreeing: list[str] = []
         for track in self.tracks:
-            log = agent_log_events(track.agent.log())
+            text = track.agent.log()
+            log = agent_log_events(text)
+            deltas = delta_log(text)
+            metrics = self.final_metrics.get(track.name)
+            disagreement = (["no /metrics at the end"] if metrics is None
+                            else metrics_disagreement(deltas, metrics))
+            if disagreement:
+                disagreeing.append(f"{track.name}: {disagreement[0]}")
             swapped = set(log.swapped) | track.currents
             delays = {v["version"]: round(log.swapped_at[v["version"]] - v["announced_at"], 3)
                       for v in self.versions if v["version"] in log.swapped_at}
@@ -427,12 +466,18 @@ class Soak:
                 "disk_ok": disk_ok,
                 "log_errors": dict(log.errors),
                 "internal_errors": log.internal_errors,
+                "deltas": agent_delta_summary(deltas),
+                "metrics_disagreement": disagreement,
+                "final_metrics": {k: v for k, v in (metrics or {}).items() if k.startswith(KEPT_METRICS)},
             })
         finals = [r for r in self.reports.values() if r.final]
         lost_workers = len(self.workers) - sum(1 for r in finals if r.fatal is None)
         lookups = summarize_lookups(list(self.reports.values()))
         not_converged = sum(not a["converged"] for a in agents)
         origin = self.origin
+        delta_totals = total_delta_summary(a["deltas"] for a in agents)
+        no_delta = [v["version"] for v in self.versions[1:]
+                    if all(d["base"] != v["version"] - 1 for d in v["deltas"])]
         checks = [
             Check("run aborted", float(self.aborted is not None), 0, "<=", note=(self.aborted or "")[:200]),
             Check("lookups done", float(lookups["lookups"]), 1, ">=", "lookups"),
@@ -450,7 +495,14 @@ class Soak:
                   note=f"peak <= (keep_versions + 1) x file + 1 MiB; end: <= {keep} versions, no staging"),
             Check("agent kills", float(sum(len(t.kills) for t in self.tracks)),
                   float(math.ceil(args.duration / args.kill_interval) - 1), ">="),
+            Check("versions after v1 published without a delta from the previous one", float(len(no_delta)),
+                  0, "<=", note=", ".join(f"v{v}" for v in no_delta[:10])),
+            Check("agents whose /metrics disagree with their log (delta installs, swaps, fallbacks)",
+                  float(len(disagreeing)), 0, "<=", note="; ".join(disagreeing[:3])[:200]),
         ]
+        if args.deltas:
+            checks.append(Check("installs by delta", float(delta_totals["installs_by_delta"]), 1, ">=",
+                                note="deltas on"))
         return {
             "benchmark": "soak",
             "command": "python benchmarks/soak.py " + shlex.join(sys.argv[1:]),
@@ -474,6 +526,7 @@ class Soak:
                        "rss_growth": args.rss_growth, "rss_slack_mib": args.rss_slack_mib,
                        "fd_slack": fd_slack, "file_slack": args.file_slack},
             "lookups": lookups,
+            "deltas": delta_totals,
             "swap_delay_s": _delay_stats(all_delays),
             "announcement_seen_after_s": _delay_stats(all_seen),
             "agents": agents,
@@ -520,6 +573,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--fault-rate", type=float, default=0.3, help="share of origin requests that fail")
     parser.add_argument("--lookup-processes", type=int, default=2)
     parser.add_argument("--keep-versions", type=int, default=2)
+    parser.add_argument("--deltas", action=argparse.BooleanOptionalAction, default=True,
+                        help="the agents' install.deltas (--no-deltas: always the full file)")
     parser.add_argument("--stable-keys", type=int, default=800_000)
     parser.add_argument("--rolling-keys", type=int, default=200_000, help="rolling window per version")
     parser.add_argument("--churn", type=int, default=20_000,

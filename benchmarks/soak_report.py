@@ -58,6 +58,68 @@ def _mib(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 1024 / 1024:.1f}"
 
 
+def _deltas_setting(cfg: dict[str, Any]) -> str:
+    if not cfg.get("deltas", False):
+        return "**off** (the agents' `install.deltas = false`: every version in full)"
+    return ("**on** (the agents' default `install.deltas = true`); every version holds the same "
+            "number of keys, so the publisher keeps the filter's parameters and makes a delta from "
+            "each of the newest versions (up to its default `deltas.max_bases = 8`)")
+
+
+def _ways(counts: dict[str, int]) -> str:
+    return ", ".join(f"{way} {n}" for way, n in counts.items() if n) or "none"
+
+
+def _reasons(fallbacks: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in fallbacks.items()) or "none"
+
+
+def render_deltas(result: dict[str, Any]) -> list[str]:
+    """The report's "Deltas" section: delta sizes, installs by way, fallbacks, catch-ups
+    (empty for results without delta counts)."""
+    totals = result.get("deltas")
+    if totals is None:
+        return []
+    versions = result["versions"]
+    shares = sorted(d["size"] / v["size"] for v in versions[1:] for d in v.get("deltas", [])
+                    if d["base"] == v["version"] - 1)
+    out = ["", "## Deltas", ""]
+    if shares:
+        out.append(f"- Delta from the previous version: {len(shares)} of {len(versions) - 1} versions "
+                   f"after v1, {shares[0]:.1%} to {shares[-1]:.1%} of the file (median "
+                   f"{shares[len(shares) // 2]:.1%}); bases per version: "
+                   f"{max(len(v.get('deltas', [])) for v in versions[1:])} at most.")
+    origin = result.get("origin") or {}
+    if origin.get("filter_requests"):
+        out.append(f"- Origin payload egress (filter files and deltas, the web seed's body bytes): "
+                   f"{fmt_bytes(origin['filter_bytes'])} in {origin['filter_requests']:,} requests, "
+                   f"{origin['filter_bytes'] / versions[-1]['size']:.1f} files' worth.")
+    share = totals["delta_share"]
+    out += [
+        f"- Installs (downloaded versions, from the agents' logs across restarts): "
+        f"**{totals['installs_by_delta']} by delta**, **{totals['installs_in_full']} in full**"
+        + (f" ({share:.1%} by delta)." if share is not None else "."),
+        f"- Delta fallbacks to the full file, by reason: {_reasons(totals['fallbacks'])}.",
+        f"- Catch-ups of restarted agents (each restarted process's first swap): "
+        f"{_ways(totals['catch_up_ways'])}. (`installed`: a version already on disk; "
+        "`none`: no swap before the process or the run ended: already on the latest version, "
+        "or killed again first.)", "",
+        "| agent | installs by delta | in full | fallbacks | catch-ups (process: way vN from vB) |",
+        "|---|---|---|---|---|",
+    ]
+    for agent in result["agents"]:
+        d = agent["deltas"]
+        ups = "; ".join(
+            f"#{c['process']}: {c['way']}"
+            + (f" v{c['version']}" if c["version"] is not None else "")
+            + (f" from v{c['delta_from']}" if c["delta_from"] is not None else "")
+            + (f" after fallback ({', '.join(c['fallbacks'])})" if c["fallbacks"] else "")
+            for c in d["catch_ups"]) or "no restart"
+        out.append(f"| {agent['name']} | {d['installs_by_delta']} | {d['installs_in_full']} | "
+                   f"{_reasons(d['fallbacks'])} | {ups} |")
+    return out
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The report of one soak run (docs/benchmarks/soak.md)."""
     cfg, look, machine = result["config"], result["lookups"], result["machine"]
@@ -87,6 +149,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"- The agents' S3 client: `read_timeout_s = {cfg.get('s3_read_timeout', 30.0)}`, "
         f"`max_attempts = {cfg.get('s3_attempts', 3)}` (documents are small: a stalled GET is given up "
         "and retried quickly rather than waited on).",
+        f"- Deltas: {_deltas_setting(cfg)}.",
         f"- {look['processes']} lookup processes (spawn, nice {cfg['lookup_nice']}), each following half "
         "of the agents' data directories through `LiveFilter`, looking up keys common to the serving "
         "version and the next one, continuously.", "",
@@ -162,6 +225,7 @@ def render_markdown(result: dict[str, Any]) -> str:
                 f"so anything longer is time the agent's loop spent "
                 f"blocked in polls that hit origin faults): p50 "
                 f"{seen['p50']:.1f} s, p90 {seen['p90']:.1f} s, max {seen['max']:.1f} s."]
+    out += render_deltas(result)
     errors: dict[str, int] = {}
     for agent in result["agents"]:
         for event, count in agent["log_errors"].items():
@@ -179,4 +243,4 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["percentile", "render_markdown", "summarize_lookups"]
+__all__ = ["percentile", "render_deltas", "render_markdown", "summarize_lookups"]

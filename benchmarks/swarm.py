@@ -6,6 +6,7 @@ Run from the repository root (needs opentracker; matplotlib for the plots)::
     python benchmarks/swarm.py [--agents 8,16,32] [--sizes-mib 64,256,1024]
         [--direct-sizes-mib 64] [--upload-mib 4] [--json docs/benchmarks/swarm.json]
         [--plots docs/benchmarks] [--markdown docs/benchmarks/swarm.md] [--quick]
+        [--delta-churn 0.01 [--delta-sizes-mib 256] [--delta-agents 16,32]]
 
 For every fleet size N, one :class:`~bloomswarm.sandbox.fleet.LocalFleet` (moto's S3
 server behind the counting, capped origin proxy, opentracker, N ``bloomswarm agent run``
@@ -24,6 +25,13 @@ N copies must cross links of total upload (N+1)·U, so ``max(F/U, N·F/((N+1)·U
 F/U, plus the pipeline of the last piece (size P): it reaches its first agent and must
 then reach the other N−1, doubling its holders at best every P/U, so
 ``ceil(log2 N)·P/U`` more.
+
+``--delta-churn C`` adds the delta mode (benchmarks/_swarm_delta.py): per fleet size in
+``--delta-agents`` and file size in ``--delta-sizes-mib``, one P2P fleet rolls out v1 in
+full, then v2 (C of the keys replaced) by delta, then v2's filter again with the
+publisher's deltas off; it reports full/delta time, origin egress over the delta's size
+and the agents that installed by delta. Pass ``--sizes-mib ''`` and ``--direct-sizes-mib
+''`` to run the delta mode alone; ``--quick --delta-churn C`` is its smoke run alone.
 """
 
 from __future__ import annotations
@@ -45,7 +53,17 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import numpy as np
 
-from benchmarks._common import Check, format_table, machine_info, section, write_json
+from benchmarks._common import Check, format_table, load_average, machine_info, section, write_json
+from benchmarks._swarm_delta import (
+    DELTA_HEADERS,
+    DeltaPoint,
+    Versions,
+    build_versions,
+    delta_checks,
+    delta_table_rows,
+    load_delta_points,
+    run_delta_fleet,
+)
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.params import BLOCK_BITS, FilterParams, Layout
 from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
@@ -258,6 +276,25 @@ def acceptance(p2p: Sequence[Point], direct: Sequence[Point]) -> list[Check]:
     return checks
 
 
+def run_delta_mode(setup: Setup, churn: float, agents: Sequence[int], sizes: Sequence[int], *,
+                   points: list[DeltaPoint], failures: list[str]) -> None:
+    """The delta mode: build each size's v1 and v2 once, then one fleet per N."""
+    versions: list[tuple[int, Versions]] = []
+    for size in sizes:
+        section(f"delta mode: building v1 and v2 of {size / MIB:.0f} MiB (churn {churn:g})")
+        pair = build_versions(size, churn, setup.seed)
+        print(f"  {pair.keys:,} keys each, {pair.v1.params.num_bytes / MIB:.1f} MiB body, "
+              f"built in {pair.build_s:.0f} s", flush=True)
+        versions.append((size, pair))
+    for n in agents:
+        section(f"delta mode, {n} agents")
+        try:
+            run_delta_fleet(setup, n, versions, points)
+        except FleetError as exc:
+            failures.append(f"delta N={n}: {str(exc).splitlines()[0]}")
+            print(f"  FAILED: {failures[-1]}", flush=True)
+
+
 def parse_settings(items: Sequence[str]) -> dict[str, object]:
     """``KEY=VALUE`` strings as [swarm] settings (numbers parsed)."""
     settings: dict[str, object] = {}
@@ -304,10 +341,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", type=Path, metavar="RESULTS",
                         help="measure nothing: redo the table, checks, plots and Markdown of a saved run")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 3 agents, 8 MiB, no caps beyond 8 MiB/s, baseline included")
+                        help="smoke run: 3 agents, 8 MiB, no caps beyond 8 MiB/s, baseline included "
+                             "(with --delta-churn: the delta mode alone)")
+    parser.add_argument("--delta-churn", type=float, default=None, metavar="C",
+                        help="add the delta mode: v2 replaces this share of v1's keys (e.g. 0.01)")
+    parser.add_argument("--delta-sizes-mib", default="256", help="file sizes of the delta mode, MiB")
+    parser.add_argument("--delta-agents", default=None,
+                        help="fleet sizes of the delta mode (default: --agents)")
     args = parser.parse_args(argv)
     if args.quick:
         args.agents, args.sizes_mib, args.direct_sizes_mib, args.upload_mib = "3", "8", "8", 16.0
+        if args.delta_churn is not None:
+            args.sizes_mib, args.direct_sizes_mib, args.delta_sizes_mib, args.delta_agents = "", "", "8", "3"
+    if args.delta_churn is not None and not 0.0 < args.delta_churn < 1.0:
+        parser.error("--delta-churn must be in (0, 1)")
     upload = int(args.upload_mib * MIB)
     setup = Setup(
         upload_cap=upload,
@@ -322,17 +369,23 @@ def main(argv: list[str] | None = None) -> int:
     direct_sizes = [s * MIB for s in _ints(args.direct_sizes_mib)]
     direct_agents = _ints(args.direct_agents) if args.direct_agents else agents
     large_agents = set(_ints(args.large_agents)) if args.large_agents else set(agents)
+    delta_sizes = [s * MIB for s in _ints(args.delta_sizes_mib)] if args.delta_churn is not None else []
+    delta_agents = _ints(args.delta_agents) if args.delta_agents else agents
     began = time.time()
     p2p: list[Point] = []
     direct: list[Point] = []
     failures: list[str] = []
+    delta_points: list[DeltaPoint] = []
     plan: list[tuple[Mode, int, list[int]]] = [
         ("p2p", n, [s for s in sizes if s <= 256 * MIB or n in large_agents]) for n in agents
     ]
+    plan = [(mode, n, s) for mode, n, s in plan if s]  # --sizes-mib '': no P2P sweep
     plan += [("direct", n, direct_sizes) for n in direct_agents if direct_sizes]
     if args.from_json:
         p2p, direct, failures = load_points(args.from_json)
-        plan = []
+        delta_points = load_delta_points(json.loads(args.from_json.read_text(encoding="utf-8"))
+                                         .get("delta", []))
+        plan, delta_sizes = [], []
     try:
         for mode, n, fleet_sizes in plan:
             section(f"{'P2P' if mode == 'p2p' else 'direct baseline'}, {n} agents")
@@ -343,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"{mode} N={n}: {str(exc).splitlines()[0]}")
                 print(f"  FAILED: {failures[-1]}", flush=True)
             (p2p if mode == "p2p" else direct).extend(points)
+        if delta_sizes:
+            run_delta_mode(setup, args.delta_churn, delta_agents, delta_sizes, points=delta_points,
+                           failures=failures)
     finally:
         shutil.rmtree(setup.work, ignore_errors=True)
 
@@ -352,14 +408,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = [[p.mode, str(p.agents), f"{p.size_bytes / MIB:.0f}", f"{p.p50:.1f}", f"{p.p99:.1f}",
              f"{p.max:.1f}", f"{p.minimum_s:.1f}", f"{p.max / p.minimum_s:.2f}x", f"{p.origin_copies:.2f}x",
              f"{p.peer_copies:.1f}x", f"{p.cpu_busy:.0%}"] for p in p2p + direct]
-    print(format_table(["mode", "N", "MiB", "p50 s", "p99 s", "max s", "min s", "max/min", "origin",
-                        "from peers", "CPU"], rows))
+    if rows:
+        print(format_table(["mode", "N", "MiB", "p50 s", "p99 s", "max s", "min s", "max/min", "origin",
+                            "from peers", "CPU"], rows))
     for d in direct:
         match = [p for p in p2p if (p.agents, p.size_bytes) == (d.agents, d.size_bytes)]
         if match:
             print(f"N={d.agents} {d.size_bytes / MIB:.0f} MiB: direct/P2P (max) = "
                   f"{d.max / match[0].max:.1f}x, (p50) = {d.p50 / match[0].p50:.1f}x")
-    checks = acceptance(p2p, direct)
+    if delta_points:
+        print(format_table(DELTA_HEADERS, delta_table_rows(delta_points)))
+    checks = acceptance(p2p, direct) + delta_checks(delta_points)
     section("acceptance")
     for check in checks:
         print(check.line())
@@ -373,10 +432,14 @@ def main(argv: list[str] | None = None) -> int:
                      "origin_cap": setup.origin_cap, "swarm": setup.swarm, "discovery": args.discovery,
                      "agents": agents, "sizes": sizes, "direct_sizes": direct_sizes,
                      "direct_agents": direct_agents, "large_agents": sorted(large_agents),
+                     "delta_churn": args.delta_churn, "delta_sizes": delta_sizes,
+                     "delta_agents": delta_agents if delta_sizes else [],
                      "command": " ".join(["python benchmarks/swarm.py", *(argv if argv is not None
                                                                            else sys.argv[1:])])},
         "p2p": [p.as_dict() for p in p2p],
         "direct": [p.as_dict() for p in direct],
+        "delta": [p.as_dict() for p in delta_points],
+        "load_average_end": load_average(),
         "checks": [c.as_dict() for c in checks],
         "failures": failures,
     }
@@ -385,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plots:
         plot(p2p, direct, args.plots)
     if args.markdown:
-        args.markdown.write_text(markdown_table(p2p, direct, checks), encoding="utf-8")
+        args.markdown.write_text(markdown_table(p2p, direct, checks, delta_points), encoding="utf-8")
     if failures:
         return 2
     return 0 if args.quick or all(c.passed is not False for c in checks) else 1

@@ -39,7 +39,7 @@ from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config, S3ObjectStore
-from bloomswarm.publisher.config import PublisherConfig, TorrentFormat
+from bloomswarm.publisher.config import DeltaConfig, PublisherConfig, TorrentFormat
 from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
@@ -410,18 +410,21 @@ class LocalFleet(Service):
 
     # --- publishing -------------------------------------------------------------------------
 
-    def publisher_config(self) -> PublisherConfig:
+    def publisher_config(self, deltas: DeltaConfig | None = None) -> PublisherConfig:
+        """The fleet's publisher; ``deltas`` replaces the default :class:`DeltaConfig`."""
         if self.s3 is None:
             raise FleetError("the fleet is not started")
         trackers = (self.tracker.announce_url,) if self.tracker is not None else ()
         keep = self.spec.publisher_keep_versions or max(self.spec.keep_versions, 2)
         return PublisherConfig(s3=self.s3, publisher_id=PUBLISHER_ID, trackers=trackers,
                                piece_size=self.spec.piece_size, torrent_format=self.spec.torrent_format,
-                               keep_versions=keep, work_dir=self.root)
+                               keep_versions=keep, work_dir=self.root, deltas=deltas or DeltaConfig())
 
-    def publish(self, builder: FilterBuilder, *, progress: bool = False) -> Published:
+    def publish(self, builder: FilterBuilder, *, progress: bool = False,
+                deltas: DeltaConfig | None = None) -> Published:
         """Publish ``builder``'s filter as the next version; the tracker (if any) learns its
-        info-hashes before latest.json moves, so agents can announce it at once."""
+        info-hashes before latest.json moves, so agents can announce it at once. ``deltas``:
+        the publisher's delta settings for this version (default: :class:`DeltaConfig`'s)."""
         key = self._key()
         announced: list[float] = []
 
@@ -432,7 +435,7 @@ class LocalFleet(Service):
                     self.tracker.allow(delta.info_hash_v1, delta.info_hash_v2)
             announced.append(time.time())
 
-        result = publish_filter(self.store, self.publisher_config(), builder, key,
+        result = publish_filter(self.store, self.publisher_config(deltas), builder, key,
                                 f"sandbox-{time.time_ns()}", force=True, progress=progress,
                                 before_announce=announce)
         if result.status != "published" or not announced:

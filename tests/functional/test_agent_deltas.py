@@ -71,7 +71,9 @@ def test_agents_on_v1_get_v2_by_delta_over_the_swarm(
               f"({entry.size / v2.size:.1%}): {received:.0f} bytes received in all "
               f"({from_origin:.0f} from the origin), {received / (AGENTS * v2.size):.2%} of "
               f"{AGENTS} full copies")
-        assert fleet.origin_bytes() == file_bytes_v1, fleet.describe()  # no byte of v2's file
+        # The origin counts files and deltas alike: since v1, at most a delta per agent and
+        # no byte of v2's file.
+        assert fleet.origin_bytes() - file_bytes_v1 <= AGENTS * entry.size, fleet.describe()
         assert entry.size < v2.size / 10
         assert received <= AGENTS * entry.size * 1.5, fleet.describe()
         for agent in fleet.agents:
@@ -111,7 +113,9 @@ def test_an_agent_stopped_during_a_delta_continues_it_after_restart(
         print(f"delta of {entry.size} bytes: {after:.0f} fetched after the restart")
         assert agent.metric("delta_installs_total") == 1, agent.log()[-3000:]
         assert 0 < after <= 0.75 * entry.size  # the pieces on disk were kept, not fetched again
-        assert fleet.origin_bytes() == file_bytes_v1  # no byte of v2's file
+        # One copy of the delta at most, and a little of it twice (what was in flight at the
+        # stop); no byte of v2's file.
+        assert fleet.origin_bytes() - file_bytes_v1 <= 1.5 * entry.size, fleet.describe()
         assert agent.stop() == 0, agent.log()[-3000:]
 
 

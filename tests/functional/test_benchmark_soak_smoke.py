@@ -1,9 +1,11 @@
 """Smoke run of benchmarks/soak.py: a small fleet under churn, kills and a faulty origin.
 
 Three agents for 40 s, a version every 8 s, one SIGKILL and restart, 30% of origin
-requests failing. Not a timing test: it asserts that the run completes, that its
-lookup processes did lookups with no exception and no false negative, that every agent
-ends on the last version within retention, and that the JSON is well formed. Whether an
+requests failing, deltas on (the default). Not a timing test: it asserts that the run
+completes, that its lookup processes did lookups with no exception and no false negative,
+that every agent ends on the last version within retention, that versions were installed
+by delta and the report counts them (installs, the restart's catch-up, /metrics agreeing
+with the logs), and that the JSON is well formed. Whether an
 agent that stayed up skipped a version depends on timing (a version every 8 s against
 origin stalls of 5 s), so that check may fail here; the full soak judges it. The script starts moto,
 the origin proxy, opentracker (or the DHT) and the agents, and stops them by PID.
@@ -76,3 +78,15 @@ def test_short_soak_finds_every_key_and_converges(tmp_path: Path) -> None:
         assert agent["disk_end"]["versions"] <= data["config"]["keep_versions"]
         assert agent["disk_end"]["staging"] == 0
     assert "# Churn and soak" in report.read_text(encoding="utf-8")
+
+    # Deltas are on by default: every version after v1 lists one from the version before,
+    # and the report counts installs by way, fallbacks by reason and the restart's catch-up.
+    assert data["config"]["deltas"] is True
+    assert all(any(d["base"] == v["version"] - 1 for d in v["deltas"]) for v in data["versions"][1:])
+    deltas = data["deltas"]
+    assert deltas["installs_by_delta"] >= 1
+    assert deltas["installs_by_delta"] == sum(a["deltas"]["installs_by_delta"] for a in data["agents"])
+    assert deltas["installs_in_full"] == sum(a["deltas"]["installs_in_full"] for a in data["agents"])
+    assert sum(deltas["catch_up_ways"].values()) == 1  # one kill, one restarted process
+    assert all(a["metrics_disagreement"] == [] for a in data["agents"]), data["agents"]
+    assert "## Deltas" in report.read_text(encoding="utf-8")
