@@ -15,7 +15,7 @@ from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
-from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
+from bloomswarm.publisher.tracker_sync import ReloadSchedule, read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
 from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key
 
@@ -121,3 +121,12 @@ def test_the_deltas_hashes_are_whitelisted_too(tmp_path: Path) -> None:
     assert len(torrents) == 6
     expected = sorted(h for v1, v2 in torrents for h in (v1, (v2 or "")[:40]))
     assert list(result.hashes) == expected and len(set(expected)) == 12
+
+
+def test_a_watching_sync_signals_again_in_the_rounds_after_a_change() -> None:
+    # opentracker has been seen to miss a SIGHUP: a change is followed by RELOAD_REPEATS
+    # more, then quiet until the next change.
+    schedule = ReloadSchedule(repeats=2)
+    rounds = [False, True, False, False, False, True, False, True, False, False, False]
+    assert [schedule.again(changed) for changed in rounds] == [
+        False, False, True, True, False, False, True, False, True, True, False]
