@@ -34,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from benchmarks._common import Check
+from benchmarks.delta import mixed_keys
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.filter_summary import FilterSummary
 from bloomswarm.common.params import Layout
@@ -56,18 +56,6 @@ TARGET_ORIGIN_OVER_DELTA = 1.2
 
 
 # -- filters --------------------------------------------------------------------------------
-
-
-def mixed_keys(start: int, count: int) -> npt.NDArray[np.uint64]:
-    """Keys numbered ``start .. start + count - 1`` as distinct random-looking uint64 (a
-    bijection, as in benchmarks/delta.py)."""
-    x = np.arange(start, start + count, dtype=np.uint64)
-    x ^= x >> np.uint64(31)
-    x *= np.uint64(0x9E3779B97F4A7C15)
-    x ^= x >> np.uint64(29)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(32)
-    return x
 
 
 def keys_for_size(size: int, sizing: SizingConfig) -> int:
