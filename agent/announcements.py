@@ -14,12 +14,17 @@ the torrent) through a :class:`DocumentReader`:
   bucket (urllib, ``If-None-Match``/``ETag``, timeouts).
 
 Both poll ``latest.json`` with a conditional GET, so an unchanged pointer costs one 304.
+Over the S3 API the agent polls through a :class:`PresignedPollReader`: the same
+conditional GET, on a presigned URL (signed locally, re-signed at half its lifetime)
+with plain urllib instead of a botocore request per poll; every other document is
+read through the store.
 Another source (a message bus, a file dropped by configuration management) implements
 the same one-method protocol; nothing that downloads or installs depends on which.
 """
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,7 +33,13 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key_of
-from bloomswarm.common.errors import FormatError, ObjectNotFound, StorageError, VerificationError
+from bloomswarm.common.errors import (
+    FormatError,
+    HTTPStatusError,
+    ObjectNotFound,
+    StorageError,
+    VerificationError,
+)
 from bloomswarm.common.manifest import Manifest, verify_manifest
 from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import VerifyKey
@@ -238,25 +249,77 @@ class HttpDocumentReader:
     def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
         """See :class:`DocumentReader`."""
         url = self.url(key)
-        headers = {"If-None-Match": if_none_match} if if_none_match else {}
-        request = urllib.request.Request(url, headers=headers)
+        return http_get(url, url, if_none_match=if_none_match, timeout_s=self.timeout_s)
+
+
+def http_get(url: str, shown: str, *, if_none_match: str | None, timeout_s: float) -> StoredObject | None:
+    """GET ``url`` as :meth:`HttpDocumentReader.get` does; error messages name ``shown``
+    (not a presigned URL's signature). HTTPStatusError for a status other than 200, 304
+    and 404, ObjectNotFound for 404, StorageError for any other failure."""
+    headers = {"If-None-Match": if_none_match} if if_none_match else {}
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            data = response.read(MAX_DOCUMENT_SIZE + 1)
+            etag = response.headers.get("ETag") or ""
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        if exc.code == 304:
+            return None
+        if exc.code == 404:
+            raise ObjectNotFound(f"{shown} not found (HTTP 404)") from None
+        raise HTTPStatusError(f"GET {shown}: HTTP {exc.code} {exc.reason}", exc.code) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise StorageError(f"GET {shown} failed: {reason}") from exc
+    if len(data) > MAX_DOCUMENT_SIZE:
+        raise StorageError(f"GET {shown}: larger than {MAX_DOCUMENT_SIZE} bytes")
+    return StoredObject(data=data, etag=etag)
+
+
+class PresignedStore(Protocol):
+    """What :class:`PresignedPollReader` needs of the S3 store."""
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None: ...
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str: ...
+
+
+class PresignedPollReader:
+    """A :class:`DocumentReader` over an S3 store that polls ``latest.json`` cheaply.
+
+    ``latest.json`` is read with a conditional GET on a presigned URL (signed locally,
+    re-signed once half of ``expiry_s`` has passed) over urllib: a poll then costs the
+    agent a fraction of a botocore request's CPU, and an idle agent polls every few
+    seconds. An answer of 403 (a URL the store no longer accepts: clock skew, rotated
+    credentials) drops the URL and reads the object through the store once. Every other
+    document (manifest, signature, torrent: once per version) is read through the store.
+    Errors name the key, never the signed URL.
+    """
+
+    def __init__(self, store: PresignedStore, *, expiry_s: int = 3600, timeout_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store = store
+        self._expiry_s = expiry_s
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._url: tuple[str, float] | None = None
+        """The presigned URL of latest.json and when to sign a new one."""
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        """See :class:`DocumentReader`."""
+        if key != LATEST_KEY:
+            return self._store.get(key, if_none_match=if_none_match)
+        now = self._clock()
+        if self._url is None or now >= self._url[1]:
+            self._url = (self._store.presigned_get_url(key, self._expiry_s), now + self._expiry_s / 2)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                data = response.read(MAX_DOCUMENT_SIZE + 1)
-                etag = response.headers.get("ETag") or ""
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code == 304:
-                return None
-            if exc.code == 404:
-                raise ObjectNotFound(f"{url} not found (HTTP 404)") from None
-            raise StorageError(f"GET {url}: HTTP {exc.code} {exc.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise StorageError(f"GET {url} failed: {reason}") from exc
-        if len(data) > MAX_DOCUMENT_SIZE:
-            raise StorageError(f"GET {url}: larger than {MAX_DOCUMENT_SIZE} bytes")
-        return StoredObject(data=data, etag=etag)
+            return http_get(self._url[0], key, if_none_match=if_none_match, timeout_s=self._timeout_s)
+        except HTTPStatusError as exc:
+            if exc.status != 403:
+                raise
+            self._url = None
+            return self._store.get(key, if_none_match=if_none_match)
 
 
 class HttpAnnouncements(ObjectStoreAnnouncements):
@@ -277,6 +340,7 @@ __all__ = [
     "HttpAnnouncements",
     "HttpDocumentReader",
     "ObjectStoreAnnouncements",
+    "PresignedPollReader",
     "SignedDocuments",
     "open_announcement",
 ]

@@ -97,13 +97,17 @@ class SwarmConfig:
     """"fallback": the origin only when the swarm cannot deliver (agent/origin_policy.py,
     docs/origin-policy.md); "always": the web seed from the start."""
     origin_grace_s: float = 5.0
-    """Seconds after a download starts before the origin may be used ("fallback"): time
-    to find peers that may already have the version."""
-    origin_stagger_s: float = 2.0
-    """Expected seconds between two agents' turns at the origin ("fallback"): a download
-    of rank u waits ``grace + u * stagger * (connected peers + 1)``."""
+    """Most seconds a download waits to see its swarm before its turns at the origin
+    count ("fallback"). Turns count as soon as a tracker or the DHT answered and the
+    peers it named are connected (milliseconds on a LAN); this cap applies only when
+    nobody answers."""
+    origin_stagger_s: float = 0.5
+    """Seconds between two agents' turns at the origin, per origin stripe ("fallback"):
+    the agent ranked p-th for a version waits ``p * stagger / stripes`` after settling
+    (agent/origin_policy.py). Long enough for an agent's first piece from the origin to
+    reach the peers, so that the next agent sees it and stays off."""
     origin_max_delay_s: float = 60.0
-    """Cap of the staggered part of that wait (large swarms)."""
+    """Cap of the staggered wait (large swarms)."""
     origin_starved_s: float = 2.0
     """A download is starved when no payload byte came from a peer for this long (and no
     peer holds a piece it needs)."""

@@ -9,14 +9,18 @@ One thread runs everything (the transfer's own threads aside)::
                                      the transfer's ticks or a swap)
     a version to install:            check_capacity() -> transfer.start_download(staging/vN)
     every tick:                      transfer.poll(), transfer.status(vN)
-    download finished:               verify_download() -> transfer.remove(vN) -> install_version()
-                                     -> flip current -> transfer.seed(versions/vN) -> GC
+    download finished:               verify_download() -> install_version() (a hard link)
+                                     -> flip current -> transfer.relocate(vN, versions/vN)
+                                     (the same torrent and connections) -> GC
 
 Deltas (:mod:`.deltas`): when the manifest lists a delta from a version installed here,
-the poll also fetches the delta's torrent (checked against the signed entry), and the
-download is of the delta (key ``DeltaKey(N, base)``, same transfer, the delta object as
-origin). Once finished it is checked and applied into ``staging/vN/filter.bsf``, and the
-result goes through the same gate and install; the delta is kept beside the version and
+the poll also fetches the delta's torrent (checked against the signed entry; a transient
+failure is retried a few times within a second or two), and the download is of the delta
+(key ``DeltaKey(N, base)``, same transfer, the delta object as origin). Once finished it
+is checked and applied into ``staging/vN/filter.bsf`` (``event=delta_applying``; with
+``background_polls`` on a worker thread, the loop ticking on and the status saying
+``applying``), and the result goes through the same gate, given the SHA-256 the apply
+computed (not hashed twice), and install; the delta is kept beside the version and
 seeded. Any failure of the delta path is a fallback, not an error: it is counted in
 ``delta_fallbacks_total{reason}``, logged once (``event=delta_fallback``), and the full
 file is fetched at once.
@@ -65,7 +69,14 @@ from bloomswarm.common.signing import VerifyKey
 from .announcements import Announcement, AnnouncementSource, SignedDocuments, open_announcement
 from .backoff import Backoff
 from .config import AgentConfig
-from .deltas import DeltaFallback, DeltaPlan, apply_fetched_delta, check_delta_torrent, plan_delta
+from .deltas import (
+    DeltaFallback,
+    DeltaPlan,
+    apply_fetched_delta,
+    check_delta_torrent,
+    discard_unfinished_apply,
+    plan_delta,
+)
 from .freshness import PointerFreshness
 from .gc import collect_garbage, installed_versions
 from .install import (
@@ -86,7 +97,7 @@ from .logfmt import log_event, logfmt
 from .metrics import AgentMetrics
 from .origin import Origin
 from .transfer import DeltaKey, Transfer, TransferKey, TransferStatus, key_label, key_version
-from .verify import CheckFailed, check_file, verify_download
+from .verify import CheckFailed, HashedFile, check_file, verify_download
 from .version_policy import Action, decide, next_sequence
 
 log = logging.getLogger("bloomswarm.agent")
@@ -95,7 +106,12 @@ SLOW_POLL_S = 30.0
 """A background poll under way for this long is logged (once) as slow."""
 
 TICK_S = 0.2
-"""Seconds between two iterations of the loop."""
+"""Seconds between two iterations of the loop while a version is being fetched or a poll
+is under way."""
+
+IDLE_TICK_S = 1.0
+"""Longest wait between two iterations otherwise (nothing to fetch: libtorrent seeds on its
+own threads; the loop only refreshes metrics and /status, and wakes for the next poll)."""
 
 
 @dataclass
@@ -116,6 +132,11 @@ class _Target:
     """The delta fetched instead of the file; None: the file (no delta, or it failed)."""
     delta_progress: tuple[int, float] = (0, 0.0)
     """Bytes of the delta received, and the monotonic time they last grew (stall check)."""
+    applying: _BackgroundCall[tuple[HashedFile, TransferStatus]] | None = None
+    """The finished delta's apply under way (on a worker thread with background work)."""
+    applied: HashedFile | None = None
+    """The file the delta's apply wrote, with the SHA-256 it computed while writing it, for
+    the gate (which then does not hash it again); set only while it is being finished."""
 
     @property
     def version(self) -> int:
@@ -199,7 +220,10 @@ class AgentDaemon:
             self.start()
             while not stop.is_set():
                 self.step()
-                stop.wait(TICK_S)
+                if self._target is not None or self._pending_poll is not None:
+                    stop.wait(TICK_S)
+                else:
+                    stop.wait(min(IDLE_TICK_S, max(self._next_poll - self._clock(), 0.0)))
         finally:
             self.shutdown()
 
@@ -239,7 +263,9 @@ class AgentDaemon:
         log_event(log, logging.INFO, "stopped")
 
     def step(self) -> None:
-        """One iteration: poll the source when due, drive the download, update metrics.
+        """One iteration: poll the source when due, drive the download, update metrics
+        (an idle iteration that starts a background poll stops there: the next one, which
+        takes the poll's answer, does the rest).
 
         Never raises for a failure of the source, the transfer or a check; an unexpected
         exception is logged with its traceback and the loop goes on.
@@ -254,6 +280,8 @@ class AgentDaemon:
                 self._take_poll(pending.result, now)
             if now >= self._next_poll and self._pending_poll is None:
                 self._poll(now)
+                if self._pending_poll is not None and self._target is None:
+                    return  # idle: the tick that takes this poll's answer does the rest
             self.transfer.poll()
             self._advance(self._clock())
             if now >= self._next_resume_save:
@@ -384,11 +412,13 @@ class AgentDaemon:
         if status is None or not status.finished or status.state == "error":
             return
         if target.delta is not None:
-            self._drive_delta(target, target.delta, status, now)  # applied first
+            self._drive_delta(target, target.delta, status, now, wait=True)  # applied first
         else:
             self._finish(target, status, now)
 
     def _abandon(self, target: _Target, why: str) -> None:
+        if target.applying is not None:  # a delta's apply writes into staging: let it end first
+            target.applying.wait()
         self._remove_transfer(target.key)
         remove_tree(self.layout.staging_dir(target.version))
         self._target = None
@@ -429,9 +459,17 @@ class AgentDaemon:
             self._finish(target, status, now)
 
     def _drive_delta(self, target: _Target, plan: DeltaPlan, status: TransferStatus | None,
-                     now: float) -> None:
+                     now: float, *, wait: bool = False) -> None:
         """A delta download's tick: a failed or stalled one falls back to the file; a
-        finished one is applied, then verified and installed like a downloaded file."""
+        finished one is applied, then verified and installed like a downloaded file.
+
+        With background work (``background_polls``) the apply runs on a worker thread and
+        its outcome is taken at a later tick: the loop keeps ticking meanwhile, and the
+        status says ``applying``. ``wait``: wait for an apply under way and take it now (a
+        newer announcement must not drop a file about to be installed)."""
+        if target.applying is not None:  # the transfer's state no longer matters
+            self._take_apply(target, now, wait=wait)
+            return
         if status is None or status.state == "error":
             error = status.error if status is not None else "the transfer lost the download"
             self._fall_back(target, now, DeltaFallback("missing", error or "unknown error"))
@@ -446,12 +484,37 @@ class AgentDaemon:
             return
         if not status.finished:
             return
+        log_event(log, logging.INFO, "delta_applying", version=target.version, delta_from=plan.base,
+                  size=target.manifest.size, background=self._background_polls)
+        manifest, finished = target.manifest, status
+
+        def apply() -> tuple[HashedFile, TransferStatus]:
+            return apply_fetched_delta(plan, manifest, self.layout), finished
+
+        target.applying = _BackgroundCall(apply, started_at=now, name="bloomswarm-apply",
+                                          thread=self._background_polls)
+        self._take_apply(target, now, wait=wait)
+
+    def _take_apply(self, target: _Target, now: float, *, wait: bool) -> None:
+        """Act on the delta's apply once it is done (at once with ``wait``): install its
+        result through the gate, or fall back to the file."""
+        call = target.applying
+        if call is None or not (call.wait() if wait else call.done()):
+            return
+        target.applying = None
         try:
-            apply_fetched_delta(plan, target.manifest, self.layout)
+            applied, status = call.result()
         except DeltaFallback as exc:
             self._fall_back(target, now, exc)
             return
-        self._finish(target, status, now)
+        log_event(log, logging.INFO, "delta_applied", version=target.version,
+                  delta_from=target.delta.base if target.delta is not None else None,
+                  apply_s=round(self._clock() - call.started_at, 3))
+        target.applied = applied
+        try:
+            self._finish(target, status, now)
+        finally:
+            target.applied = None  # never vouches for a later file
 
     def _begin(self, target: _Target, now: float) -> None:
         version, manifest = target.version, target.manifest
@@ -521,7 +584,9 @@ class AgentDaemon:
         """Give up the target's delta: count and log it once, delete its files, and fetch
         the full file at once (``current`` keeps serving meanwhile)."""
         plan = target.delta
-        target.delta = None
+        if target.applying is not None:  # its files are about to go: let it end first
+            target.applying.wait()
+        target.delta, target.applying, target.applied = None, None, None
         target.started, target.retry_at, target.resume = False, now, None
         if plan is not None:
             self._remove_transfer(plan.key)
@@ -545,7 +610,7 @@ class AgentDaemon:
         staged = self.layout.staged_file(version)
         delta = target.delta
         try:
-            verify_download(manifest, target.announcement.torrent, status, staged)
+            verify_download(manifest, target.announcement.torrent, status, target.applied or staged)
         except CheckFailed as exc:
             if delta is not None:  # the delta applied, but not into the signed file
                 self._fall_back(target, now, DeltaFallback("wrong_result", str(exc)))
@@ -555,26 +620,31 @@ class AgentDaemon:
             remove_tree(staging)  # corrupt content is not worth resuming
             self._fail(target, now, "verification_failed", str(exc), check=exc.check)
             return
-        self._remove_transfer(target.key)  # before the rename: nothing may hold the staged path
         documents = target.announcement.documents
-        try:
+        try:  # hard links: the transfer still reads the staged names until it is switched
             install_version(self.data_dir, version, staged, InstalledDocuments(
                 manifest=documents.manifest,
                 manifest_signature=documents.manifest_signature,
                 torrent=documents.torrent,
-            ))
+            ), keep_staged=True)
             kept = delta is not None and self._keep_delta(delta)
             if delta is not None:
                 self.metrics.delta_installs.inc()
             self._swap(target, now, downloaded=True, delta_from=delta.base if delta is not None else None)
         except OSError as exc:  # disk full, permissions: current still serves
+            self._remove_transfer(target.key)  # before its staged file goes
             remove_tree(staging)
             self._fail(target, now, "install_failed", f"{exc.strerror or exc}: {exc.filename or ''}")
             return
-        remove_tree(staging)
-        self._seed(version, documents.torrent)
-        if delta is not None and kept:
-            self._seed(delta.key, delta.torrent)
+        if delta is None:
+            self._seed(version, documents.torrent, downloaded=True)
+        else:  # the file was made by applying the delta: no torrent of it to keep
+            self._seed(version, documents.torrent)
+            if kept:
+                self._seed(delta.key, delta.torrent, downloaded=True)
+            else:
+                self._remove_transfer(delta.key)
+        remove_tree(staging)  # nothing reads it any more
         self._collect()
 
     def _keep_delta(self, plan: DeltaPlan) -> bool:
@@ -582,7 +652,8 @@ class AgentDaemon:
         logged (the version is installed all the same)."""
         try:
             install_delta(self.data_dir, plan.version, plan.base,
-                          self.layout.staged_delta(plan.version, plan.base), plan.torrent)
+                          self.layout.staged_delta(plan.version, plan.base), plan.torrent,
+                          keep_staged=True)
         except OSError as exc:
             log_event(log, logging.WARNING, "delta_not_kept", version=plan.version,
                       delta_from=plan.base, error=exc)
@@ -656,10 +727,16 @@ class AgentDaemon:
 
     def _recover_delta(self, staging: Path, announcement: Announcement) -> DeltaPlan | None:
         """The delta whose download ``staging`` holds (its torrent kept there), if its base
-        is still installed and it is still the manifest's."""
+        is still installed and it is still the manifest's. What an apply interrupted by
+        the shutdown left there is deleted: the apply is done again."""
+        version = announcement.version
+        if self.layout.staged_delta_bases(staging):  # a delta's staging: its filter.bsf was applied
+            leftovers = discard_unfinished_apply(self.layout, version)
+            if leftovers:
+                log_event(log, logging.INFO, "delta_apply_discarded", version=version,
+                          paths=",".join(p.name for p in leftovers), detail="applied again")
         if not self.config.install.deltas:
             return None
-        version = announcement.version
         for base in self.layout.staged_delta_bases(staging):
             entry = announcement.manifest.delta_from(base)
             torrent = read_if_present(self.layout.staged_delta_torrent(version, base))
@@ -706,11 +783,24 @@ class AgentDaemon:
                       versions=",".join(map(str, collected.versions)) or None,
                       leftovers=",".join(collected.leftovers) or None)
 
-    def _seed(self, key: TransferKey, torrent: bytes) -> None:
+    def _seed(self, key: TransferKey, torrent: bytes, *, downloaded: bool = False) -> None:
         """Seed an installed version's file, or a delta kept beside it; a failure is logged
-        (the version still serves locally)."""
+        (the version still serves locally).
+
+        ``downloaded``: the transfer holds ``key``'s finished download, whose file was just
+        hard-linked into ``versions/vN``: it is switched to that name (``relocate``), so
+        its peers stay connected and its counts carry on. Where that fails it is removed
+        and seeded anew, as a file installed otherwise is. Either way nothing reads the
+        staged file afterwards."""
+        file_dir = self.layout.version_dir(key_version(key))
+        if downloaded:
+            if self.transfer.relocate(key, file_dir):
+                log_event(log, logging.INFO, "seeding", version=key_label(key), source=file_dir,
+                          connections_kept=True)
+                return
+            self._remove_transfer(key)
         try:
-            self.transfer.seed(key, torrent, self.layout.version_dir(key_version(key)))
+            self.transfer.seed(key, torrent, file_dir)
         except Exception as exc:
             log_event(log, logging.WARNING, "seed_failed", version=key_label(key), error=exc)
 
@@ -790,7 +880,8 @@ class AgentDaemon:
                 "size": target.manifest.size,
                 "delta_from": target.delta.base if target.delta is not None else None,
                 "delta_size": target.delta.entry.size if target.delta is not None else None,
-                "state": status.state if status is not None and target.started else "waiting",
+                "state": ("applying" if target.applying is not None
+                          else status.state if status is not None and target.started else "waiting"),
                 "progress": status.progress if status is not None and target.started else 0.0,
                 "peers": status.peers if status is not None else 0,
                 "retry_in_s": max(target.retry_at - self._clock(), 0.0) if not target.started else None,
@@ -830,16 +921,24 @@ __all__ = ["AgentDaemon"]
 
 
 class _BackgroundCall(Generic[T]):
-    """``fn()`` on a daemon thread of its own (a hung request never delays the process's
-    exit); :meth:`result` returns its value or raises its exception once :meth:`done`."""
+    """``fn()`` on a daemon thread of its own named ``name`` (a hung request never delays
+    the process's exit; a process that exits during a delta's apply leaves only a
+    temporary file, which a restart removes before it applies the delta again), or, with
+    ``thread`` False, right here (done when constructed: one code path for the loop's
+    synchronous mode). :meth:`result` returns its value or raises its exception once
+    :meth:`done`."""
 
-    def __init__(self, fn: Callable[[], T], *, started_at: float) -> None:
+    def __init__(self, fn: Callable[[], T], *, started_at: float, name: str = "bloomswarm-poll",
+                 thread: bool = True) -> None:
         self.started_at = started_at
         """When the call started (the caller's clock)."""
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
-        threading.Thread(target=self._run, args=(fn,), name="bloomswarm-poll", daemon=True).start()
+        if thread:
+            threading.Thread(target=self._run, args=(fn,), name=name, daemon=True).start()
+        else:
+            self._run(fn)
 
     def _run(self, fn: Callable[[], T]) -> None:
         try:
@@ -851,6 +950,10 @@ class _BackgroundCall(Generic[T]):
 
     def done(self) -> bool:
         return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the call has finished (at most ``timeout`` seconds); whether it has."""
+        return self._done.wait(timeout)
 
     def result(self) -> T:
         if not self._done.is_set():

@@ -32,6 +32,7 @@ from .transfer import (
     TransferStatus,
     key_label,
     key_order,
+    same_file,
 )
 from .verify import CheckFailed, read_torrent
 
@@ -128,6 +129,19 @@ class DirectTransfer:
             _Job(key, file_dir / summary.file_name, summary.total_size, "seeding",
                  on_disk=summary.total_size)
         )
+
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
+        """See :meth:`Transfer.relocate`: a finished download is recorded as seeded from
+        ``file_dir`` (the same file, :func:`~.transfer.same_file`); its counts carry on."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is None or job.state != "seeding":
+                return False
+            moved = file_dir / job.path.name
+            if not same_file(job.path, moved):
+                return False
+            job.path = moved
+            return True
 
     def remove(self, key: TransferKey) -> None:
         """Stop the version's download (waits up to 2 s for its thread) and forget it."""

@@ -3,7 +3,9 @@
 The layout is :class:`~bloomswarm.common.datadir.DataDir`'s. Installing is: the staged
 file is made read-only (0444) and fsynced; the manifest, its signature and the torrent
 are written atomically into the version's directory; the file is renamed into it *last*
-(so an installed filter exists only complete and verified); the directories are
+(so an installed filter exists only complete and verified; or hard-linked, ``keep_staged``,
+when the transfer that downloaded it goes on seeding it: see
+:meth:`~.transfer.Transfer.relocate`); the directories are
 fsynced; then :meth:`~bloomswarm.common.datadir.DataDir.flip_current` swaps the link.
 Staging and versions live under the same data directory, so the rename never crosses
 file systems.
@@ -12,6 +14,7 @@ file systems.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -78,7 +81,8 @@ class InstalledDocuments:
 
 
 def install_version(
-    data_dir: Path, version: int, staged_file: Path, documents: InstalledDocuments
+    data_dir: Path, version: int, staged_file: Path, documents: InstalledDocuments,
+    *, keep_staged: bool = False,
 ) -> Path:
     """Move the verified ``staged_file`` into version ``version``'s directory; return its
     new path.
@@ -87,12 +91,20 @@ def install_version(
     directories are fsynced. An existing installed file of that version is left as it is
     (versions are immutable) and the staged file is removed. Does not flip ``current``:
     see :func:`activate`.
+
+    ``keep_staged``: the file is hard-linked into place instead of renamed, so that a
+    transfer still reading ``staged_file`` keeps working until it is switched to the new
+    name (:meth:`~.transfer.Transfer.relocate`); the caller deletes the staging directory
+    afterwards. The link appears as atomically as the rename does (complete, fsynced and
+    read-only, or not at all); where the file system has no hard links the file is
+    renamed. An existing installed file is left as it is, and so is ``staged_file``.
     """
     layout = DataDir(data_dir)
     target_dir = layout.version_dir(version)
     target = layout.filter_file(version)
     if target.is_file():
-        staged_file.unlink(missing_ok=True)
+        if not keep_staged:
+            staged_file.unlink(missing_ok=True)
         return target
     os.chmod(staged_file, READ_ONLY)
     fd = os.open(staged_file, os.O_RDONLY)
@@ -109,25 +121,44 @@ def install_version(
         if path.exists():
             path.unlink()
         write_atomically(path, [data], mode=READ_ONLY)
-    os.rename(staged_file, target)
+    _place(staged_file, target, keep_staged=keep_staged)
     fsync_directory(target_dir)
     fsync_directory(staged_file.parent)
     fsync_directory(target_dir.parent)
     return target
 
 
-def install_delta(data_dir: Path, version: int, base: int, staged_delta: Path, torrent: bytes) -> None:
+def install_delta(data_dir: Path, version: int, base: int, staged_delta: Path, torrent: bytes,
+                  *, keep_staged: bool = False) -> None:
     """Keep the delta from ``base`` that produced installed ``version`` beside it, read-only,
     with its torrent (so it is seeded, and deleted with the version). The torrent is
-    written first: a delta file is only ever kept with its torrent."""
+    written first: a delta file is only ever kept with its torrent. ``keep_staged``: as
+    for :func:`install_version` (a hard link, the staged name kept)."""
     layout = DataDir(data_dir)
     os.chmod(staged_delta, READ_ONLY)
     torrent_file = layout.delta_torrent_file(version, base)
     if torrent_file.exists():
         torrent_file.unlink()
     write_atomically(torrent_file, [torrent], mode=READ_ONLY)
-    os.rename(staged_delta, layout.delta_file(version, base))
+    _place(staged_delta, layout.delta_file(version, base), keep_staged=keep_staged)
     fsync_directory(layout.version_dir(version))
+
+
+def _place(staged: Path, target: Path, *, keep_staged: bool) -> None:
+    """Give the finished ``staged`` file its installed name ``target`` in one step: a
+    rename, or with ``keep_staged`` a hard link (a rename where links are refused)."""
+    if keep_staged:
+        try:
+            os.link(staged, target)
+            return
+        except OSError as exc:
+            if exc.errno not in _NO_LINKS:
+                raise
+    os.rename(staged, target)
+
+
+_NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
+"""Errors of ``link()`` that mean "no hard link here", where a rename still works."""
 
 
 def activate(data_dir: Path, version: int) -> None:

@@ -51,6 +51,7 @@ from .transfer import (
     TransferState,
     TransferStatus,
     key_order,
+    same_file,
 )
 from .verify import read_torrent
 
@@ -241,6 +242,18 @@ class MemoryTransfer:
         job = self._job(key, torrent, file_dir, "seeding")
         job.on_disk = job.total if job.state == "seeding" else 0
         self._jobs[key] = job
+
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
+        """See :meth:`~.transfer.Transfer.relocate`: a finished job reads the same file
+        (checked: :func:`~.transfer.same_file`) from ``file_dir``; its counts carry on."""
+        job = self._jobs.get(key)
+        if job is None or job.state != "seeding":
+            return False
+        moved = file_dir / job.path.name
+        if not same_file(job.path, moved):
+            return False
+        job.path = moved
+        return True
 
     def remove(self, key: TransferKey) -> None:
         """See :meth:`~.transfer.Transfer.remove`."""

@@ -257,6 +257,10 @@ class AgentMetrics:
         return result
 
 
+SERVE_POLL_S = 0.5
+"""How often the idle server thread wakes to check for :meth:`StatusServer.stop` (requests
+are answered at once whatever it is; it bounds how long ``stop`` waits)."""
+
 StatusProvider = Callable[[], dict[str, Any]]
 """Returns the JSON object /status serves."""
 
@@ -286,7 +290,7 @@ class StatusServer:
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
-            target=self._server.serve_forever, args=(0.1,), name="agent-status", daemon=True
+            target=self._server.serve_forever, args=(SERVE_POLL_S,), name="agent-status", daemon=True
         )
         self._thread.start()
         return self.url

@@ -13,33 +13,48 @@ same core. docs/origin-policy.md has the measurements.
 The rules ("fallback", the default)
 -----------------------------------
 The goal is that the origin sends about one copy of a version to the whole fleet, not one
-per agent. The rules work like Ethernet's carrier sense with collision back-off: wait your
-turn, take the origin only when nobody feeds you, and step back at once when someone else
-does.
+per agent, and that the first agent takes it at once when nobody has the version yet. The
+rules work like Ethernet's carrier sense with collision back-off, with a deterministic
+order of turns: wait your turn, take the origin only when nobody feeds you, and step
+back at once when someone else does.
 
-1. *Wait your turn* (:meth:`OriginPolicy.turn_at`). Each download draws a rank ``u`` in
-   [0, 1) and may not use the origin before ``origin_grace_s + u * origin_stagger_s *
-   (peers + 1)`` seconds after it started (``peers``: connected peers, now; the product is
-   capped at ``origin_max_delay_s``). The grace lets the agent find peers, one of which
-   may already have the version. The staggered part spreads the fleet's turns about
-   ``origin_stagger_s`` apart *whatever the fleet size*.
-2. *Starved → on* (:func:`want_origin`). Once its turn has come, the download adds the
-   web seed only when it is starved: no payload byte from a peer for
-   ``origin_starved_s`` seconds *and* no connected peer holds a piece it still needs — or
-   nothing from peers for ``STALL_FACTOR`` times that, whatever they hold.
-3. *Collision → back off.* While the web seed is on, a connected peer that holds a piece
-   we lack got it elsewhere: the web seed is removed and a new rank is drawn (a new turn,
-   counted from now, without grace). A peer that holds needed pieces but delivers nothing
-   for ``STALL_FACTOR * origin_starved_s`` does not count.
-4. *Stripes* (``origin_stripes`` > 1; the math is in :mod:`.origin_stripes`). Rules 2 and
-   3 work per stripe: off, a download whose turn has come takes a stripe nobody in sight
+1. *Settle* (:meth:`OriginPolicy.settled_at`). The turns count from the moment the download
+   has seen its swarm: a tracker or the DHT answered (``announced``) and it is connected
+   to the peers a tracker named (``known_peers``), or ``origin_stagger_s`` passed since
+   the answer — at most ``origin_grace_s`` after the start when nobody answers. On a LAN
+   this takes milliseconds, not a fixed grace.
+2. *Wait your turn* (:meth:`OriginPolicy.turn_at`). Every download of a version has a
+   rank in [0, 1): :func:`fleet_rank` of the info-hash and the agent's peer id, which
+   every agent can compute for the peers it is connected to. Its *position* is the
+   number of agents ranked before it: those counted among the connected peers, plus
+   ``rank * unseen`` for the agents not in sight (each is ahead with probability
+   ``rank``), ``unseen`` from the swarm's size (the trackers' complete and incomplete
+   counts, the version it seeds) less the peers in sight. It may use the
+   origin ``position * origin_stagger_s / stripes`` seconds after settling (capped at
+   ``origin_max_delay_s``): the first agent of a fresh version at once, the next ones
+   one stagger apart per origin stripe, whatever the fleet size. Without peer ids (a
+   simulator) the rank is drawn from ``rng``.
+3. *Starved → on* (:func:`want_origin`). Once its turn has come, the download adds the
+   web seed at once if it is first in line (position below 1), no peer ever fed it and
+   no connected peer holds a piece it still needs (nobody has the version yet: waiting
+   would not help); otherwise when it is starved: no payload
+   byte from a peer for ``origin_starved_s`` seconds *and* no connected peer holds a
+   needed piece — or nothing from peers for ``STALL_FACTOR`` times that, whatever they
+   hold.
+4. *Collision → back off.* While the web seed is on, a connected peer that holds a piece
+   we lack got it elsewhere: the web seed is removed and a new rank is drawn from ``rng``
+   (a new turn, counted from now, ``rank * origin_stagger_s * (peers + 1)`` later). A peer
+   that holds needed pieces but delivers nothing for ``STALL_FACTOR * origin_starved_s``
+   does not count.
+5. *Stripes* (``origin_stripes`` > 1; the math is in :mod:`.origin_stripes`). Rules 3 and
+   4 work per stripe: off, a download whose turn has come takes a stripe nobody in sight
    holds a piece of (else one that stopped growing for ``STALL_FACTOR *
    origin_starved_s``: its fetcher left it) and gives its pieces top priority, other
    pieces nobody holds priority 0. With no stripe to take it waits until peers delivered
    nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
    On a stripe that a peer further ahead also fetches, it moves to another free stripe or
    leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
-5. The web seed is removed when the download finishes or fails; whenever it goes off,
+6. The web seed is removed when the download finishes or fails; whenever it goes off,
    every piece is back at the default priority.
 
 ``origin_policy = "always"`` adds the web seed at once and keeps it.
@@ -54,6 +69,8 @@ first, the gap doubling up to ``peer_rediscovery_s``.
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol, TypeVar
@@ -74,6 +91,14 @@ def stall_s(starved_s: float) -> float:
     """Seconds without progress after which peers, or a stripe's fetcher, count as
     stalled: ``STALL_FACTOR * starved_s`` (the one place that says so)."""
     return STALL_FACTOR * starved_s
+
+
+def fleet_rank(info_hash: bytes, peer_id: bytes) -> float:
+    """An agent's rank in [0, 1) for one version: a hash of the version's info-hash and the
+    agent's peer id, so that every agent computes the same order for the peers it sees."""
+    digest = hashlib.blake2b(info_hash + peer_id, digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
 
 _T = TypeVar("_T")
 
@@ -126,6 +151,16 @@ class Observation:
     """The download failed (a torrent or file error)."""
     checking: bool = False
     """Pieces on disk are being checked: no decision but "finished"/"failed"."""
+    announced: bool = True
+    """A tracker or the DHT has answered for this download (or a peer connected)."""
+    known_peers: int = 0
+    """The most peers one tracker answer named (trackers may name the asking agent too, so
+    it has settled when connected to all but one of them)."""
+    swarm_size: int = 0
+    """Agents in the fleet as far as known (the trackers' complete + incomplete counts,
+    the swarm of the version seeded), 0 when unknown."""
+    peer_ids: Sequence[bytes] = ()
+    """Peer ids of the connected peers (ranked with :func:`fleet_rank`)."""
 
 
 @dataclass(frozen=True)
@@ -171,14 +206,18 @@ class Decision:
 NOTHING = Decision()
 
 
-def want_origin(*, origin_on: bool, idle_s: float, starved_s: float, peers_hold_needed: bool) -> bool:
+def want_origin(*, origin_on: bool, idle_s: float, starved_s: float, peers_hold_needed: bool,
+                fed: bool = True) -> bool:
     """The "fallback" policy's decision for one download whose turn has come.
 
     ``idle_s``: seconds since payload last came from a peer; ``peers_hold_needed``: a
-    connected peer holds a piece the download still needs.
+    connected peer holds a piece the download still needs; ``fed``: a peer has delivered
+    payload to this download at some point.
 
-    - Off → on when starved: nothing from peers for ``starved_s`` and no peer holds a
-      needed piece — or nothing from peers for ``STALL_FACTOR * starved_s`` at all.
+    - Off → on when nobody feeds us: no peer holds a needed piece and none ever fed us
+      (nobody has the version: waiting helps nobody), or starved: nothing from peers for
+      ``starved_s`` and no peer holds a needed piece — or nothing from peers for
+      ``STALL_FACTOR * starved_s`` at all.
     - On → stays on while no peer holds a needed piece (the origin is the only source),
       or while peers deliver nothing for ``STALL_FACTOR * starved_s``; otherwise off
       (the caller then draws a new turn: the back-off).
@@ -186,7 +225,7 @@ def want_origin(*, origin_on: bool, idle_s: float, starved_s: float, peers_hold_
     stalled = idle_s >= stall_s(starved_s)
     if origin_on:
         return not peers_hold_needed or stalled
-    return (idle_s >= starved_s and not peers_hold_needed) or stalled
+    return (not peers_hold_needed and (not fed or idle_s >= starved_s)) or stalled
 
 
 def peers_hold_needed(have: Pieces, peers: Bitfields) -> bool:
@@ -220,9 +259,11 @@ class OriginPolicy:
 
     ``origin``: the download has an origin (a URL factory); without one only the peer
     rules apply (re-announce). ``now``: the monotonic instant the download started, from
-    which its first turn and its peer idleness count. ``peer_bytes``: bytes from peers
-    already counted (an earlier handle of the same version). The rank is drawn from
-    ``rng`` here (and at each back-off); the stripe to take with ``rng.choice``.
+    which its settle cap and its peer idleness count. ``peer_bytes``: bytes from peers
+    already counted (an earlier handle of the same version). ``identity``: the version's
+    info-hash and this agent's peer id, from which the rank comes (:func:`fleet_rank`);
+    without it the rank is drawn from ``rng``, as it is at each back-off; the stripe to
+    take with ``rng.choice``.
     """
 
     def __init__(
@@ -235,16 +276,26 @@ class OriginPolicy:
         now: float,
         rng: Draws,
         peer_bytes: int = 0,
+        identity: tuple[bytes, bytes] | None = None,
     ) -> None:
         self._config = config
         self._rng = rng
         self.has_origin = origin
         # The turn.
-        self._turn_from = now
-        """Monotonic instant from which the wait for the origin counts (start, or back-off)."""
-        self._grace = config.origin_grace_s
-        """Fixed part of the wait (``origin_grace_s`` at start, 0 after a back-off)."""
-        self._rank = rng.random() if origin else 0.0
+        self._started = now
+        self._announced_at: float | None = None
+        """Monotonic instant the download first saw ``announced``."""
+        self._settled_at: float | None = None
+        """Monotonic instant from which the turns count (settled, or the last back-off)."""
+        self._backed_off = False
+        """A back-off happened: the turn is a drawn rank times the peers in sight."""
+        self._salt = identity[0] if identity is not None else None
+        """The info-hash peers' ranks are computed with (None: no peer ids)."""
+        self._peer_ranks: dict[bytes, float] = {}
+        if identity is not None:
+            self._rank = fleet_rank(*identity)
+        else:
+            self._rank = rng.random() if origin else 0.0
         """This download's place in the fleet's turns, uniform in [0, 1)."""
         # The URL and the web seed.
         self._url: OriginURL | None = None
@@ -270,6 +321,8 @@ class OriginPolicy:
         """Piece priorities last set for a stripe (None: libtorrent's defaults)."""
         # Peers.
         self._peer_bytes = peer_bytes
+        self._fed = False
+        """A peer delivered payload to this download."""
         self._last_peer_progress = now
         """Monotonic instant when payload last came from a peer (or the start)."""
         self._last_rediscovery = now
@@ -293,12 +346,49 @@ class OriginPolicy:
         """How the pieces are dealt into stripes (None: no stripes)."""
         return None if self._watch is None else self._watch.stripes
 
-    def turn_at(self, peers: int) -> float:
-        """Monotonic instant from which this download may use the origin ("fallback"),
-        with ``peers`` connected peers."""
+    def settled_at(self, obs: Observation) -> float | None:
+        """Monotonic instant from which the turns count, as of ``obs`` (None: not yet)."""
+        if self._settled_at is not None:
+            return self._settled_at
         config = self._config
-        stagger = min(config.origin_stagger_s * (peers + 1), config.origin_max_delay_s)
-        return self._turn_from + self._grace + self._rank * stagger
+        if obs.now >= self._started + config.origin_grace_s:
+            return self._started + config.origin_grace_s
+        if not obs.announced:
+            return None
+        announced_at = obs.now if self._announced_at is None else self._announced_at
+        if len(obs.peers) >= obs.known_peers - 1 or obs.now >= announced_at + config.origin_stagger_s:
+            return obs.now
+        return None
+
+    def position(self, obs: Observation) -> float:
+        """This download's estimated place in the fleet's queue for the origin: how many
+        agents come before it (see rule 2 of the module's docstring)."""
+        in_sight = len(obs.peers) + 1
+        if self._backed_off:
+            return self._rank * in_sight
+        swarm = max(obs.swarm_size, in_sight)
+        if self._salt is None:
+            return self._rank * (swarm - 1)
+        ahead = sum(1 for peer_id in obs.peer_ids if self._peer_rank(peer_id) < self._rank)
+        return ahead + self._rank * (swarm - in_sight)
+
+    def turn_at(self, obs: Observation) -> float:
+        """Monotonic instant from which this download may use the origin ("fallback"), as
+        of ``obs`` (infinity while it has not settled)."""
+        settled = self.settled_at(obs)
+        if settled is None:
+            return math.inf
+        config = self._config
+        parallel = 1 if self._watch is None else self._watch.stripes.stripes
+        wait = min(config.origin_stagger_s * self.position(obs) / parallel, config.origin_max_delay_s)
+        return settled + wait
+
+    def _peer_rank(self, peer_id: bytes) -> float:
+        rank = self._peer_ranks.get(peer_id)
+        if rank is None:
+            assert self._salt is not None
+            rank = self._peer_ranks[peer_id] = fleet_rank(self._salt, peer_id)
+        return rank
 
     # --- events -----------------------------------------------------------------------------
 
@@ -308,6 +398,11 @@ class OriginPolicy:
         if obs.peer_bytes != self._peer_bytes:
             self._peer_bytes = obs.peer_bytes
             self._last_peer_progress = now
+            self._fed = True
+        if obs.announced and self._announced_at is None:
+            self._announced_at = now
+        if self._settled_at is None:
+            self._settled_at = self.settled_at(obs)
         if obs.finished or obs.failed:
             return self._off("finished" if obs.finished else "failed")
         if obs.checking:
@@ -337,7 +432,7 @@ class OriginPolicy:
         on = self._attached is not None
         if self._config.origin_policy == "always":
             want = True
-        elif not on and now < self.turn_at(len(obs.peers)):
+        elif not on and now < self.turn_at(obs):
             want = False
         else:
             striped = self._striped(obs, link)
@@ -348,6 +443,7 @@ class OriginPolicy:
                 idle_s=now - self._last_peer_progress,
                 starved_s=self._config.origin_starved_s,
                 peers_hold_needed=holding,
+                fed=self._fed or self.position(obs) >= 1,
             )
         if want and not on:
             url = self._usable_url(obs, link)
@@ -439,9 +535,9 @@ class OriginPolicy:
         return Decision(priorities=restore, web_seed=None if url is None else Detach(url, reason))
 
     def _back_off(self, reason: str, now: float) -> Decision:
-        """Off, and a new turn counted from now without grace."""
+        """Off, and a new turn counted from now, from a drawn rank."""
         decision = self._off(reason)
-        self._turn_from, self._grace, self._rank = now, 0.0, self._rng.random()
+        self._settled_at, self._backed_off, self._rank = now, True, self._rng.random()
         return decision
 
     def _refresh(self, obs: Observation, link: OriginLink, decision: Decision) -> Decision:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import string
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +50,7 @@ from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
 from .session_settings import session_settings
 from .swarm_torrent import CHECKING, NO_ORIGIN, FactoryLink, SwarmTorrent, endpoint, is_web_seed
-from .transfer import OriginURLFactory, TransferKey, TransferStatus, key_label, key_order
+from .transfer import OriginURLFactory, TransferKey, TransferStatus, key_label, key_order, same_file
 
 __all__ = ["Swarm", "SwarmConfig", "session_settings"]
 
@@ -64,7 +65,7 @@ class Swarm:
     the protocol: :meth:`listen_port` (what other agents bootstrap their DHT from),
     :meth:`connect` (a peer at a known address) and :meth:`origin_in_use`, and read-only
     views for tests (:meth:`piece_priorities`,
-    :meth:`web_seeds`, :meth:`trackers`).
+    :meth:`web_seeds`, :meth:`trackers`, :meth:`connection_bytes`).
     """
 
     def __init__(
@@ -77,11 +78,20 @@ class Swarm:
         self.config = config or SwarmConfig()
         self._clock = clock
         self._rng = rng or random.Random()
-        self._session: lt.session | None = lt.session(session_settings(self.config))
+        self.peer_id = _new_peer_id(self._rng)
+        """This session's peer id (every torrent's): peers rank it for the origin's turns."""
+        settings = session_settings(self.config)
+        settings["peer_fingerprint"] = self.peer_id.decode("ascii")
+        self._session: lt.session | None = lt.session(settings)
         self._torrents: dict[TransferKey, SwarmTorrent] = {}
         self._by_handle: dict[lt.torrent_handle, SwarmTorrent] = {}
         self._resume: dict[lt.torrent_handle, bytes | None] = {}
+        self._moves: dict[lt.torrent_handle, str | None] = {}  # relocate(): None, or the error
         self._dropped_warned = False
+        self._swarm_size = 0
+        """The most agents (complete + incomplete) the trackers reported for any torrent at
+        the last poll (the current poll's count goes to ``_swarm_size_now``)."""
+        self._swarm_size_now = 0
         self._peer_class = OriginPeerClass(self._ses, self.config, clock)
 
     # --- Transfer ---------------------------------------------------------------------------
@@ -124,6 +134,53 @@ class Swarm:
         params.flags |= lt.torrent_flags.seed_mode
         self._add(key, info, params, file_dir, seeding=True, origin=None)
 
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
+        """Switch ``key``'s finished download to the same file in ``file_dir`` (see the
+        protocol), keeping its handle: its connections, counts and policy.
+
+        libtorrent's ``move_storage`` with ``reset_save_path_unchecked`` moves and checks
+        nothing: it waits for the torrent's outstanding disk jobs (a fence), closes its
+        files and reads from ``file_dir`` from then on. Every piece was hashed when it
+        was downloaded and the file is the same inode, so no piece needs hashing again.
+        Waits for ``storage_moved_alert`` up to ``timeout`` seconds, processing other
+        events as :meth:`poll` does; a ``storage_moved_failed_alert`` or no answer in
+        time returns False (the old directory may then still be read: keep it until
+        the torrent is removed).
+        """
+        record = self._torrents.get(key)
+        if record is None:
+            return False
+        name = record.info.name()  # a one-file torrent: its file's name
+        if record.info.num_files() != 1 or not same_file(record.save_dir / name, file_dir / name):
+            return False
+        handle = record.handle
+        try:
+            if not handle.status().is_seeding:
+                return False
+            self._moves.pop(handle, None)
+            handle.move_storage(str(file_dir), lt.move_flags_t.reset_save_path_unchecked)
+        except RuntimeError as exc:
+            log.warning("%s: cannot switch to %s: %s", record.label, file_dir, exc)
+            return False
+        deadline = self._clock() + timeout
+        while handle not in self._moves:
+            left = deadline - self._clock()
+            if left <= 0:
+                log.warning("%s: no answer from libtorrent on the switch to %s within %.1fs",
+                            record.label, file_dir, timeout)
+                return False
+            self._ses.wait_for_alert(int(min(left, 0.5) * 1000) + 1)
+            self._drain_alerts()
+        error = self._moves.pop(handle)
+        if error is not None:
+            log.warning("%s: cannot switch to %s: %s", record.label, file_dir, error)
+            return False
+        record.save_dir, record.seeding = file_dir, True
+        peers = sum(1 for p in handle.get_peer_info() if not is_web_seed(p))
+        log.info("%s: now seeds from %s (same torrent, %d peer connections kept)",
+                 record.label, file_dir, peers)
+        return True
+
     def remove(self, key: TransferKey) -> None:
         """Stop transferring ``version``; its files stay. Unknown versions are ignored."""
         record = self._torrents.pop(key, None)
@@ -131,6 +188,7 @@ class Swarm:
             return
         self._by_handle.pop(record.handle, None)
         self._resume.pop(record.handle, None)
+        self._moves.pop(record.handle, None)
         with contextlib.suppress(RuntimeError):
             self._ses.remove_torrent(record.handle)
         log.info("%s: removed from the swarm", record.label)
@@ -147,18 +205,26 @@ class Swarm:
     def poll(self) -> None:
         """Process libtorrent's events, then, for each download: update its byte counts,
         re-announce while no connected peer holds a piece it needs, apply the origin
-        policy, and refresh the origin URL before it expires.
+        policy, and refresh the origin URL before it expires. While every torrent is a
+        complete file without a web seed (an idle agent, seeding), no torrent is read:
+        :meth:`status` still reads each (one call each), and the first poll after a
+        download starts reads them all again.
 
         Never raises for a problem of one version: it is logged and shows in the status.
         """
         self._drain_alerts()
         self._peer_class.collect()
         now = self._clock()
-        for record in list(self._torrents.values()):
+        records = list(self._torrents.values())
+        if all(r.complete and r.policy.attached is None for r in records):
+            return  # only complete files, no web seed: no decision to take, nothing to count
+        self._swarm_size_now = 0
+        for record in records:
             try:
                 self._poll_torrent(record, now)
             except RuntimeError as exc:  # libtorrent refused an operation on this torrent
                 log.warning("%s: %s", record.label, exc)
+        self._swarm_size = self._swarm_size_now
 
     def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """Resume data of the unfinished downloads, by version.
@@ -244,6 +310,16 @@ class Swarm:
         """The web seed URLs of ``version``'s torrent (None: not in the session)."""
         record = self._torrents.get(key)
         return None if record is None else [str(url) for url in record.handle.url_seeds()]
+
+    def connection_bytes(self, key: TransferKey) -> dict[tuple[str, int], int] | None:
+        """Payload received so far on each live peer connection of ``key`` (not the
+        origin), by the peer's address; a new connection starts again from 0 (None: not
+        in the session)."""
+        record = self._torrents.get(key)
+        if record is None:
+            return None
+        return {endpoint(p.ip): int(p.total_download)
+                for p in record.handle.get_peer_info() if not is_web_seed(p)}
 
     def trackers(self, key: TransferKey) -> list[str] | None:
         """The tracker URLs ``version`` announces to, sorted (None: not in the session)."""
@@ -339,7 +415,8 @@ class Swarm:
         now = self._clock()
         policy = OriginPolicy(self.config, pieces=info.num_pieces(), piece_length=info.piece_length(),
                               origin=origin is not None, now=now, rng=self._rng,
-                              peer_bytes=0 if previous is None else previous.bytes_from_peers)
+                              peer_bytes=0 if previous is None else previous.bytes_from_peers,
+                              identity=(info.info_hashes().get_best().to_bytes(), self.peer_id))
         record = SwarmTorrent(
             key=key,
             handle=handle,
@@ -391,8 +468,17 @@ class Swarm:
                 self._log_for(alert, logging.WARNING, "saving resume data failed: %s")
             elif isinstance(alert, lt.url_seed_alert):
                 self._on_origin_error(alert)
+            elif isinstance(alert, lt.storage_moved_alert):
+                self._moves[alert.handle] = None
+            elif isinstance(alert, lt.storage_moved_failed_alert):
+                self._moves[alert.handle] = alert.message()
             elif isinstance(alert, lt.dht_get_peers_reply_alert):
                 self._on_dht_peers(alert)
+            elif isinstance(alert, lt.tracker_reply_alert):
+                record = by_handle.get(alert.handle)
+                if record is not None:
+                    record.announced = True
+                    record.tracker_peers = max(record.tracker_peers, int(alert.num_peers))
             elif isinstance(alert, (lt.torrent_error_alert, lt.file_error_alert)):
                 record = by_handle.get(alert.handle)
                 if record is not None:
@@ -420,6 +506,7 @@ class Swarm:
         for record in self._torrents.values():
             if str(record.info.info_hashes().v1) != info_hash or record.seeding:
                 continue
+            record.announced = True
             for peer in alert.peers():
                 if endpoint(peer) != own:
                     with contextlib.suppress(RuntimeError):
@@ -439,6 +526,10 @@ class Swarm:
     def _poll_torrent(self, record: SwarmTorrent, now: float) -> None:
         st, connections = record.snapshot()
         peers = [p for p in connections if not is_web_seed(p)]
+        # The fleet's size as the trackers see it: the most agents (complete + incomplete)
+        # of any torrent, the versions seeded included.
+        size = max(st.num_complete, 0) + max(st.num_incomplete, 0)
+        self._swarm_size_now = max(self._swarm_size_now, size)
         observation = Observation(
             now=now,
             wall=time.time(),
@@ -448,6 +539,10 @@ class Swarm:
             finished=bool(st.is_seeding),
             failed=st.errc.value() != 0 or record.error is not None,
             checking=st.state in CHECKING,
+            announced=record.announced or bool(peers),
+            known_peers=record.tracker_peers,
+            swarm_size=max(self._swarm_size, size),
+            peer_ids=[p.pid.to_bytes() for p in peers],
         )
         decision = record.policy.step(observation, record.link)
         self._apply(record, decision, (now, st, len(peers)))
@@ -499,3 +594,9 @@ class Swarm:
             info_hash = record.info.info_hashes().v1
             self._ses.dht_get_peers(info_hash)
             self._ses.dht_announce(info_hash, self.listen_port(), 0)
+
+
+def _new_peer_id(rng: random.Random) -> bytes:
+    """A 20-byte peer id: the client's prefix and 12 random letters and digits."""
+    alphabet = string.ascii_letters + string.digits
+    return b"-BS0001-" + "".join(rng.choice(alphabet) for _ in range(12)).encode("ascii")

@@ -10,6 +10,7 @@ connections, and the counts carried over from an earlier handle of the same vers
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +34,11 @@ log = logging.getLogger("bloomswarm.swarm")
 
 CHECKING = (lt.torrent_status.checking_files, lt.torrent_status.checking_resume_data)
 """Torrent states in which the pieces on disk are being checked."""
+
+REUSE_READ_S = 0.05
+"""A :meth:`SwarmTorrent.status` this soon after a :meth:`SwarmTorrent.snapshot` reuses its
+read: the daemon asks for the status of a download right after ``Swarm.poll`` read it, and
+each read crosses to libtorrent's thread twice and walks every connection."""
 
 
 @dataclass
@@ -60,6 +66,16 @@ class SwarmTorrent:
     """Payload uploaded by an earlier handle of the same version (replaced by seed())."""
     hash_failures: int = 0
     error: str | None = None
+    announced: bool = False
+    """A tracker or the DHT has answered for this torrent (the origin policy's settle rule)."""
+    complete: bool = False
+    """The last :meth:`snapshot` found the file complete (seeding): :meth:`status` then
+    reads the counters alone, not every connection, while no web seed is attached."""
+    _last_read: tuple[float, lt.torrent_status, list[lt.peer_info]] | None = field(
+        default=None, repr=False)
+    """The last snapshot, with its monotonic time (see :data:`REUSE_READ_S`)."""
+    tracker_peers: int = 0
+    """The most peers one tracker answer named."""
 
     @property
     def version(self) -> int:
@@ -89,6 +105,7 @@ class SwarmTorrent:
         (``origin_attached``: the web seed is on; default: as the policy says). Raises
         RuntimeError when the handle is no longer valid."""
         st = self.handle.status()
+        self.complete = bool(st.is_seeding)
         peers = self.handle.get_peer_info()
         self.accounting.update(
             int(st.total_payload_download),
@@ -99,15 +116,32 @@ class SwarmTorrent:
             ],
             origin_attached=self.policy.attached is not None if origin_attached is None else origin_attached,
         )
+        self._last_read = (time.monotonic(), st, peers)
         return st, peers
 
     def status(self) -> TransferStatus:
-        """A snapshot of the transfer (state "error" when the handle became invalid)."""
+        """A snapshot of the transfer (state "error" when the handle became invalid).
+
+        A complete file without a web seed downloads nothing, so its byte split cannot
+        change: it is read with one status call (no piece lists, no per-connection read),
+        its peers counted by libtorrent; what an idle, seeding agent pays per tick."""
         try:
-            st, connections = self.snapshot()
+            if self.complete and self.policy.attached is None:
+                st = self.handle.status(0)
+                if st.is_seeding:
+                    return self._from_status(st, int(st.num_peers))
+                self.complete = False  # a piece failed its check in seed mode: read it all
+            last = self._last_read
+            if last is not None and time.monotonic() - last[0] <= REUSE_READ_S:
+                _, st, connections = last
+            else:
+                st, connections = self.snapshot()
         except RuntimeError as exc:
             return self._status("error", 0.0, 0, uploaded=0, finished=False,
                                 error=f"torrent handle invalid: {exc}")
+        return self._from_status(st, sum(1 for p in connections if not is_web_seed(p)))
+
+    def _from_status(self, st: lt.torrent_status, peers: int) -> TransferStatus:
         error = st.errc.message() if st.errc.value() != 0 else self.error
         state: TransferState
         if error is not None:
@@ -120,7 +154,6 @@ class SwarmTorrent:
             state = "seeding"
         else:
             state = "downloading"
-        peers = sum(1 for p in connections if not is_web_seed(p))
         return self._status(state, self.verified_fraction(st), peers, uploaded=int(st.total_payload_upload),
                             finished=bool(st.is_seeding), error=error)
 

@@ -17,13 +17,18 @@ version ``version``'s (a torrent of its own). Implementations treat both alike: 
 torrent, one file, one status.
 
 Contract for implementations: every method is called from the daemon's one thread and
-returns quickly (no method blocks on the network, except ``save_resume_data``, which is
-bounded by its timeout). Failures of one transfer are reported in its status
-(``state == "error"``), never raised from ``poll``.
+returns quickly (no method blocks on the network; ``save_resume_data`` and ``relocate``
+wait for the transfer's own threads, bounded by their timeout). Failures of one
+transfer are reported in its status (``state == "error"``), never raised from ``poll``.
+
+A finished download is installed by hard-linking its file into ``versions/vN``; the
+transfer then keeps the torrent and reads that link (:meth:`Transfer.relocate`), so the
+peers connected to it stay connected, where removing and seeding it again would cut them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +116,15 @@ class TransferStatus:
         return self.version if self.base is None else DeltaKey(self.version, self.base)
 
 
+def same_file(path: Path, other: Path) -> bool:
+    """Whether ``path`` and ``other`` both exist and are one file (hard links of one
+    inode): the condition of :meth:`Transfer.relocate`."""
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
+
+
 class Transfer(Protocol):
     """Moves the bytes of versions: download, then keep serving them to peers."""
 
@@ -134,6 +148,23 @@ class Transfer(Protocol):
 
     def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """Serve an installed, already verified file (or delta) from ``file_dir`` to peers."""
+        ...
+
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
+        """Serve ``key``'s finished download from ``file_dir`` from now on, keeping the
+        transfer itself: its peer connections, its byte and upload counts, its status.
+
+        ``file_dir`` must hold *the very file* being read now, under the same name: a
+        second hard link to it (:func:`~.install.install_version` with ``keep_staged``),
+        not a copy. So nothing is moved, copied or hashed again, and a peer is only ever
+        served the bytes already verified. Returns True once the switch is done: the
+        transfer opens nothing under its old directory any more, and the caller may
+        delete it. Returns False, changing nothing, when ``key`` is not transferred, has
+        not finished, ``file_dir`` holds another file (:func:`same_file`), or the switch
+        did not complete within ``timeout`` seconds; the caller then falls back to
+        :meth:`remove` and :meth:`seed`. May wait (bounded by ``timeout``) for the
+        transfer's disk thread, like :meth:`save_resume_data`.
+        """
         ...
 
     def remove(self, key: TransferKey) -> None:

@@ -13,7 +13,9 @@ In order, cheapest first; the first failure raises :class:`CheckFailed` naming t
 ``transfer``    the transfer reports the download finished: every piece on disk and
                 hash-checked (libtorrent), no error
 ``size``        the file's size equals the manifest's
-``sha256``      the whole file's SHA-256 equals the manifest's
+``sha256``      the whole file's SHA-256 equals the manifest's (taken from a
+                :class:`HashedFile` when the file's writer computed it while writing:
+                the file is then not read again for it)
 ``header``      the header parses (format, CRC, exact file size) and agrees with the
                 manifest: version, creation time, body SHA-256 and every filter parameter
 ==============  ==============================================================================
@@ -24,6 +26,7 @@ torrent never reaches a transfer. Nothing here modifies the file.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,21 +108,55 @@ def check_transfer(status: TransferStatus | None) -> None:
         )
 
 
-def check_file(manifest: Manifest, path: Path) -> FilterHeader:
-    """Checks ``size``, ``sha256`` and ``header`` of the file at ``path``; its header.
+@dataclass(frozen=True)
+class HashedFile:
+    """A file whose SHA-256 its writer computed from the very bytes it wrote (the delta's
+    apply does, :func:`~bloomswarm.common.delta.apply_delta`), so that the gate need not
+    read it again.
 
-    A file that cannot be read fails ``size`` (it is missing or unreadable).
+    ``identity`` ties the digest to that file as it was when the digest was taken: its
+    device, inode, size and modification time. A file replaced or rewritten since then no
+    longer matches, and the gate hashes it after all.
     """
+
+    path: Path
+    sha256: str
+    """Lower-case hex, as in a manifest."""
+    identity: tuple[int, int, int, int]
+
+    @classmethod
+    def of(cls, path: Path, sha256: str) -> HashedFile:
+        """The file at ``path`` as it is now, with the SHA-256 its writer computed
+        (OSError when it cannot be stat'ed)."""
+        return cls(path, sha256, _identity(path.stat()))
+
+
+def _identity(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def check_file(manifest: Manifest, file: Path | HashedFile) -> FilterHeader:
+    """Checks ``size``, ``sha256`` and ``header`` of ``file``; its header.
+
+    A plain path is read and hashed whole. For a :class:`HashedFile` whose identity still
+    matches, its writer's digest is compared instead: the file is not read for it (the
+    header is still read, and the size still checked). A file that cannot be read fails
+    ``size`` (it is missing or unreadable).
+    """
+    path = file.path if isinstance(file, HashedFile) else file
     try:
-        size = path.stat().st_size
+        stat = path.stat()
     except OSError as exc:
         raise CheckFailed("size", f"cannot read {path}: {exc.strerror or exc}") from exc
-    if size != manifest.size:
-        raise CheckFailed("size", f"the file has {size} bytes, the manifest says {manifest.size}")
-    try:
-        digest = file_sha256(path)
-    except OSError as exc:
-        raise CheckFailed("sha256", f"cannot read {path}: {exc.strerror or exc}") from exc
+    if stat.st_size != manifest.size:
+        raise CheckFailed("size", f"the file has {stat.st_size} bytes, the manifest says {manifest.size}")
+    if isinstance(file, HashedFile) and file.identity == _identity(stat):
+        digest = file.sha256
+    else:
+        try:
+            digest = file_sha256(path)
+        except OSError as exc:
+            raise CheckFailed("sha256", f"cannot read {path}: {exc.strerror or exc}") from exc
     if digest != manifest.sha256:
         raise CheckFailed(
             "sha256", f"the file's SHA-256 {digest} differs from the manifest's {manifest.sha256}"
@@ -135,16 +172,19 @@ def check_file(manifest: Manifest, path: Path) -> FilterHeader:
 
 
 def verify_download(
-    manifest: Manifest, torrent: bytes, status: TransferStatus | None, path: Path
+    manifest: Manifest, torrent: bytes, status: TransferStatus | None, file: Path | HashedFile
 ) -> FilterHeader:
-    """Run the whole gate on a downloaded file; return its header, or raise CheckFailed."""
+    """Run the whole gate on a downloaded file (or one made from a downloaded delta:
+    ``status`` is then the delta's transfer, and ``file`` a :class:`HashedFile`); return
+    its header, or raise CheckFailed."""
     check_torrent(manifest, torrent)
     check_transfer(status)
-    return check_file(manifest, path)
+    return check_file(manifest, file)
 
 
 __all__ = [
     "CheckFailed",
+    "HashedFile",
     "TorrentSummary",
     "check_file",
     "check_torrent",

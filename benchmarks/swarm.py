@@ -20,6 +20,12 @@ whole file from the origin, paced at the same per-agent cap) for the sizes in
 ``--direct-sizes-mib``: its time is N·F/U by construction, so it is measured at the
 smaller sizes only, and said so.
 
+Every agent runs on the agent's defaults (agent/config.py): the fleet sets only
+addresses, the rate caps above and its poll interval (0.5 s). ``--swarm KEY=VALUE`` adds
+a ``[swarm]`` setting to the P2P agents, for experiments; the default run uses none.
+The published tables of docs/benchmarks/swarm.md were measured before that rule, with
+shortened origin waits (:data:`benchmarks.fleet_model.HISTORIC_CALIBRATION_SWARM`).
+
 Theoretical minimum of a P2P point: every byte leaves the origin at least once at U, and
 N copies must cross links of total upload (N+1)·U, so ``max(F/U, N·F/((N+1)·U))`` =
 F/U, plus the pipeline of the last piece (size P): it reaches its first agent and must
@@ -70,18 +76,6 @@ from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
 
 MIB = 1024 * 1024
 Mode = Literal["p2p", "direct"]
-
-LOOPBACK_SWARM: dict[str, object] = {
-    "origin_grace_s": 1.0,
-    "origin_stagger_s": 1.0,
-    "origin_starved_s": 1.0,
-    "origin_request_bytes": 1 * MIB,
-}
-"""[swarm] settings of the P2P fleets (more with ``--swarm``); the rest are the agent's
-defaults (8 origin stripes, 32 unchoke slots). The origin policy's waits are the loopback
-ones: nobody has a fresh version, so the grace only delays the first turn, and peers
-connect within a second here. 1 MiB origin requests (4 pieces of 256 KiB): stripes of a
-64 MiB file are then 16 runs of 4 pieces."""
 
 
 @dataclass
@@ -334,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="per-agent download cap (default: = upload)")
     parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
     parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
-                        help="[swarm] setting of the P2P agents (beyond the benchmark's)")
+                        help="[swarm] setting of the P2P agents, for experiments (default: none, "
+                        "the agent's defaults)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--plots", type=Path, help="directory for swarm_time.png and swarm_origin.png")
     parser.add_argument("--markdown", type=Path, help="write the results table here")
@@ -360,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         upload_cap=upload,
         download_cap=int((args.download_mib or args.upload_mib) * MIB),
         origin_cap=int((args.origin_mib or args.upload_mib) * MIB),
-        swarm={**LOOPBACK_SWARM, **parse_settings(args.swarm)},
+        swarm=parse_settings(args.swarm),
         discovery=args.discovery,
         work=Path(tempfile.mkdtemp(prefix="bench-swarm-")),
     )

@@ -115,13 +115,19 @@ def build_source(
     config: AgentConfig, keys: Sequence[VerifyKey]
 ) -> tuple[AnnouncementSource, Origin]:
     """The announcement source and origin of the configured S3 bucket or CDN."""
-    from bloomswarm.agent.announcements import HttpAnnouncements, ObjectStoreAnnouncements
+    from bloomswarm.agent.announcements import (
+        HttpAnnouncements,
+        ObjectStoreAnnouncements,
+        PresignedPollReader,
+    )
     from bloomswarm.agent.origin import CdnOrigin, S3Origin
     from bloomswarm.common.storage import S3ObjectStore
 
     if config.s3 is not None:
         store = S3ObjectStore(config.s3)
-        return ObjectStoreAnnouncements(store, keys), S3Origin(store, config.origin.presign_expiry_s)
+        reader = PresignedPollReader(store, expiry_s=config.origin.presign_expiry_s,
+                                     timeout_s=config.s3.read_timeout_s)
+        return ObjectStoreAnnouncements(reader, keys), S3Origin(store, config.origin.presign_expiry_s)
     base = config.origin.cdn_base_url
     if base is None:  # AgentConfig guarantees one origin
         raise ConfigError("no origin configured")

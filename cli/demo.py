@@ -3,7 +3,9 @@
 It starts moto's S3 server on 127.0.0.1 (the origin, read by the agents through a proxy
 that counts the bytes it sends), opentracker when it is installed and otherwise the DHT
 bootstrapped from the first agent, and N agents as separate ``bloomswarm agent run``
-processes (see :class:`bloomswarm.sandbox.fleet.LocalFleet`). A lookup client process
+processes (see :class:`bloomswarm.sandbox.fleet.LocalFleet`), every one with the agent's
+default ``[swarm]`` settings beside addresses and discovery (the origin policy is the
+production one; the fleet polls every 0.5 s). A lookup client process
 (:mod:`.demo_client`) reads the first agent's data directory through LiveFilter. Each
 round builds a version from generated keys (:mod:`.demo_data`), publishes it with the
 publisher's code and follows every agent until it swaps (:mod:`.demo_view` draws it).
@@ -45,9 +47,6 @@ DEMO_MODULES = ("moto", "flask", "flask_cors")
 INSTALL_HINT = ("moto's S3 server is not installed; install the demo extra: pip install 'bloomswarm[demo]' "
                 "(in a checkout: pip install '.[demo]', or run scripts/run.sh)")
 MAX_AGENTS = 100
-LOOPBACK_SWARM: dict[str, object] = {"origin_stagger_s": 1.0, "origin_starved_s": 1.0}
-"""Origin-policy settings of the demo's agents beside ``origin_grace_s`` (``--origin-grace``):
-on loopback peers are found within a second, so the turns at the origin are spaced 1 s."""
 POLL_S = 0.25
 
 
@@ -74,9 +73,6 @@ def register(commands: Any) -> None:
                       "(default: a temporary folder, removed at the end)")
     demo.add_argument("--timeout", type=positive_seconds_value, default=300.0, metavar="SECONDS",
                       help="seconds a round may take to reach every agent (300)")
-    demo.add_argument("--origin-grace", type=seconds_value, default=1.0, metavar="SECONDS",
-                      help="seconds an agent looks for peers before it may use the origin "
-                      "(1; the agent's own default is 5)")
     demo.add_argument("--pause", type=seconds_value, default=2.0, metavar="SECONDS",
                       help="seconds to watch the lookup client after each round (2)")
     demo.add_argument("--plain", action="store_true",
@@ -147,8 +143,7 @@ class Demo:
 
         root = self._make_root()
         args = self.args
-        spec = FleetSpec(agents=args.agents, discovery=args.discovery,
-                         swarm={**LOOPBACK_SWARM, "origin_grace_s": args.origin_grace})
+        spec = FleetSpec(agents=args.agents, discovery=args.discovery)  # the agent's defaults
         versions = "v1" if args.rounds == 1 else f"v1 to v{args.rounds}"
         report = None
         error: str | None = None

@@ -18,9 +18,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
-from . import rice
 from .atomic_file import fsync_directory, write_atomically
 from .delta_format import (
     DELTA_SUFFIX,
@@ -28,12 +25,12 @@ from .delta_format import (
     PAYLOAD_OFFSET,
     DeltaHeader,
 )
-from .errors import DeltaError, FormatError
+from .errors import DeltaError, FormatError, WrongBase
 from .fastpath import EXTENSION, Engine, resolve_engine
 from .header import HEADER_SIZE, FilterHeader
 
-_COPY_STEP = 1 << 30
-"""Bytes per copy_file_range call."""
+_READ_STEP = 8 << 20
+"""Bytes of the base read (and hashed while still in the CPU's cache) at a time."""
 
 _C = EXTENSION if EXTENSION is not None and hasattr(EXTENSION, "delta_apply") else None
 """The C extension when it has the delta functions (an older build falls back to numpy)."""
@@ -105,6 +102,8 @@ def encode_bodies(
     """
     if len(base) != len(target):
         raise DeltaError(f"bodies of different sizes: {len(base)} and {len(target)} bytes")
+    from . import rice  # numpy: imported by the first encode, not by every agent at start
+
     body_bits = len(base) * 8
     if _use_c(engine):
         assert _C is not None
@@ -114,6 +113,8 @@ def encode_bodies(
         r_buf = bytearray((flips * rice_k + 7) // 8)
         q_bits = int(_C.delta_encode(base, target, rice_k, q_buf, r_buf))
         return bytes(memoryview(q_buf)[:(q_bits + 7) // 8]), bytes(r_buf), flips, rice_k
+    import numpy as np
+
     base_u8 = np.frombuffer(base, dtype=np.uint8)
     target_u8 = np.frombuffer(target, dtype=np.uint8)
     flips = rice.count_flips(base_u8, target_u8)
@@ -144,6 +145,10 @@ def patch_body(
         except ValueError as exc:
             raise DeltaError(f"corrupt delta: {exc}") from None
         return
+    import numpy as np  # the C engine needs neither numpy nor rice
+
+    from . import rice
+
     body_u8 = np.frombuffer(body, dtype=np.uint8)
     try:
         for positions in rice.decode_positions(quotients, remainders, header.rice_k, header.flips, body_bits):
@@ -172,12 +177,19 @@ def apply_delta(
     """Write the target of ``delta`` to ``out``, patching a copy of the filter file ``base``.
 
     Checks, in order: the delta's header; that ``base`` is a filter whose header records
-    the body SHA-256 the delta was made from (else "wrong base"); the streams (positions
-    within the body, exactly ``flips`` of them); and the result's SHA-256 against the
-    delta's ``target_sha256`` and ``expected_sha256`` when given. The result is hashed
-    once: a base whose body was modified after its header was written gives a result
-    that fails that check. Raises DeltaError on any failure and leaves neither ``out``
-    nor a temporary file; OSError when a file cannot be read or written.
+    the body SHA-256 the delta was made from, and whose body still hashes to it (else
+    :class:`~bloomswarm.common.errors.WrongBase`); the streams (positions within the body,
+    exactly ``flips`` of them); and the result's SHA-256 against the delta's
+    ``target_sha256`` and ``expected_sha256`` when given. On success the file at ``out``
+    hashes to ``target_sha256``: a caller may take that as the file's digest without
+    reading it again.
+
+    One pass over the base: its body is read into the output's mapping a few MiB at a
+    time, each step hashed while in cache; then patched, and the whole result hashed
+    once. Every long step (read, hashes, patch in C, fsync) runs without the GIL, so this
+    may run on a worker thread without holding up the caller's other threads. Raises
+    DeltaError on any failure and leaves neither ``out`` nor a temporary file; OSError
+    when a file cannot be read or written (or the disk is full).
     """
     with open(delta, "rb") as fh:
         header = DeltaHeader.unpack(fh.read(PAYLOAD_OFFSET), os.fstat(fh.fileno()).st_size)
@@ -192,17 +204,24 @@ def apply_delta(
             raise DeltaError(f"base {base} is not a valid filter file: {exc}") from None
         _check_base(base_header, header)
         with _temporary_beside(out) as (tmp_fd, tmp_path):
-            os.write(tmp_fd, header.target_header)
-            _copy_range(src.fileno(), tmp_fd, HEADER_SIZE, header.body_size)
+            # Blocks reserved first: a full disk is an OSError here, never a SIGBUS in the mapping.
+            os.posix_fallocate(tmp_fd, 0, HEADER_SIZE + header.body_size)
             with mmap.mmap(tmp_fd, HEADER_SIZE + header.body_size) as mapped:
+                mapped[:HEADER_SIZE] = header.target_header
                 body = memoryview(mapped)[HEADER_SIZE:]
                 try:
+                    if _read_hashing(src.fileno(), HEADER_SIZE, body) != header.base_body_sha256:
+                        raise WrongBase(
+                            f"wrong base: the base body was modified: v{base_header.filter_version} "
+                            f"at {base} no longer hashes to the body SHA-256 its header records"
+                        )
                     patch_body(body, header, quotients, remainders, engine=engine)
                 finally:
                     body.release()
                 digest = hashlib.sha256(mapped).digest()
                 _check_result(digest, header, expected_sha256)
-                mapped.flush()
+            # No mapped.flush(): msync holds the GIL for the whole write-back. On Linux the
+            # mapping and the file share the page cache, so fsync writes the patch out.
             os.fchmod(tmp_fd, 0o444)
             os.fsync(tmp_fd)
             os.replace(tmp_path, out)
@@ -212,20 +231,20 @@ def apply_delta(
 
 def _check_base(base_header: FilterHeader, header: DeltaHeader) -> None:
     if base_header.body_sha256 != header.base_body_sha256:
-        raise DeltaError(
+        raise WrongBase(
             f"wrong base: the delta turns v{header.base_version} (body SHA-256 "
             f"{header.base_body_sha256.hex()[:16]}...) into v{header.target_version}; "
             f"the base is v{base_header.filter_version} ({base_header.body_sha256.hex()[:16]}...)"
         )
     if base_header.params != header.target.params:
-        raise DeltaError("wrong base: its parameters differ from the delta's target")
+        raise WrongBase("wrong base: its parameters differ from the delta's target")
 
 
 def _check_result(digest: bytes, header: DeltaHeader, expected_sha256: bytes | None) -> None:
     if digest != header.target_sha256:
         raise DeltaError(
             f"the patched file's SHA-256 does not match the delta's target v{header.target_version} "
-            "(the base body was modified, or the delta is corrupt)"
+            "(the delta is corrupt)"
         )
     if expected_sha256 is not None and digest != expected_sha256:
         raise DeltaError(
@@ -233,10 +252,20 @@ def _check_result(digest: bytes, header: DeltaHeader, expected_sha256: bytes | N
         )
 
 
+def temporaries_of(out: Path) -> list[Path]:
+    """The temporary files that writing ``out`` left behind: those of a process that was
+    killed while writing it (any other failure removes its own)."""
+    return sorted(out.parent.glob(f"{_TMP_PREFIX}{out.name}.*"))
+
+
+_TMP_PREFIX = ".tmp-"
+
+
 @contextlib.contextmanager
 def _temporary_beside(out: Path) -> Iterator[tuple[int, str]]:
     """A new temporary file in ``out``'s directory, removed unless renamed away."""
-    fd, tmp_path = tempfile.mkstemp(prefix=f".tmp-{out.name}.", dir=out.parent if str(out.parent) else ".")
+    fd, tmp_path = tempfile.mkstemp(prefix=f"{_TMP_PREFIX}{out.name}.",
+                                    dir=out.parent if str(out.parent) else ".")
     try:
         yield fd, tmp_path
     except BaseException:
@@ -247,18 +276,25 @@ def _temporary_beside(out: Path) -> Iterator[tuple[int, str]]:
         os.close(fd)
 
 
-def _copy_range(src_fd: int, dst_fd: int, offset: int, length: int) -> None:
-    """Copy ``length`` bytes of ``src_fd`` from ``offset`` to the end of ``dst_fd``."""
-    done = 0
+def _read_hashing(src_fd: int, offset: int, into: memoryview) -> bytes:
+    """Read ``len(into)`` bytes of ``src_fd`` from ``offset`` into ``into`` (the output's
+    mapping: the kernel copies the base's pages straight into the output's), hashing each
+    step while it is in cache; their SHA-256. One read of the base, without the GIL."""
+    digest = hashlib.sha256()
+    done, length = 0, len(into)
     while done < length:
-        step = min(_COPY_STEP, length - done)
-        try:
-            copied = os.copy_file_range(src_fd, dst_fd, step, offset + done)
-        except OSError:
-            copied = os.write(dst_fd, os.pread(src_fd, min(step, 1 << 24), offset + done))
-        if copied == 0:
-            raise DeltaError(f"base truncated: {offset + done} of {offset + length} bytes")
-        done += copied
+        size = min(_READ_STEP, length - done)
+        with into[done:done + size] as step:
+            got = 0
+            while got < size:
+                with step[got:] as rest:
+                    read = os.preadv(src_fd, [rest], offset + done + got)
+                if read == 0:
+                    raise DeltaError(f"base truncated: {offset + done + got} of {offset + length} bytes")
+                got += read
+            digest.update(step)
+        done += size
+    return digest.digest()
 
 
 @contextlib.contextmanager
@@ -275,5 +311,5 @@ def _mapped_filter(path: Path, role: str) -> Iterator[tuple[FilterHeader, mmap.m
 
 __all__ = [
     "DELTA_SUFFIX", "DeltaHeader", "apply_delta", "encode_bodies", "make_delta", "patch_body",
-    "read_delta_header",
+    "read_delta_header", "temporaries_of",
 ]

@@ -8,12 +8,14 @@ at the boundary where they are raised, with ``raise ... from exc``.
     BloomswarmError
      ├── FormatError            a filter file, manifest or pointer is malformed
      │    └── DeltaError        a delta is malformed, or does not fit its base or target
+     │         └── WrongBase    the base is not the file the delta was made from
      ├── VerificationError      a signature, checksum or info-hash does not match
      │    └── CheckFailed       one check of the agent's swap gate failed (``check`` names it)
      ├── StorageError           the object store failed or refused a request
      │    ├── ObjectNotFound    the key (or bucket) does not exist
      │    ├── PreconditionFailed  a conditional write lost its race
-     │    └── RangeNotSatisfiable  a byte range starts past the end (HTTP 416)
+     │    ├── RangeNotSatisfiable  a byte range starts past the end (HTTP 416)
+     │    └── HTTPStatusError   an HTTP answer other than 200, 304 or 404 (``status``)
      ├── ConfigError            a configuration value or CLI argument is invalid
      │    ├── InsecureKeyFile   a private key file is open to group or others
      │    └── UsageError        a command line that does not parse (the CLI's exit code 2)
@@ -56,6 +58,11 @@ class DeltaError(FormatError):
     """
 
 
+class WrongBase(DeltaError):
+    """The base a delta is applied to is not the file the delta was made from: its header
+    records another body SHA-256, or its body no longer hashes to it (modified on disk)."""
+
+
 class VerificationError(BloomswarmError):
     """A signature, checksum or info-hash does not match what was expected."""
 
@@ -86,6 +93,14 @@ class PreconditionFailed(StorageError):
 
 class RangeNotSatisfiable(StorageError):
     """A byte range starts at or beyond the end of the object (HTTP 416)."""
+
+
+class HTTPStatusError(StorageError):
+    """An HTTP answer other than 200, 304 or 404 (``status``)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ConfigError(BloomswarmError):

@@ -52,18 +52,19 @@ class Draws:
 
 
 def config(**overrides: object) -> SwarmConfig:
-    """Loopback-like settings: grace 5 s, stagger 2 s, starved after 2 s, no stripes."""
-    values: dict[str, object] = {"origin_grace_s": 5.0, "origin_stagger_s": 2.0, "origin_starved_s": 2.0,
+    """Grace 6 s, stagger 2 s, starved after 2 s, no stripes."""
+    values: dict[str, object] = {"origin_grace_s": 6.0, "origin_stagger_s": 2.0, "origin_starved_s": 2.0,
                                  "origin_stripes": 1, "origin_request_bytes": 2 * PIECE}
     values.update(overrides)
     return SwarmConfig(**values)  # type: ignore[arg-type]
 
 
 def policy(settings: SwarmConfig, *, pieces: int = 16, rank: float = 0.5, origin: bool = True,
-           draws: Draws | None = None) -> OriginPolicy:
-    """A download of ``pieces`` pieces started at ``START``."""
+           draws: Draws | None = None, identity: tuple[bytes, bytes] | None = None) -> OriginPolicy:
+    """A download of ``pieces`` pieces started at ``START`` (its rank drawn, ``rank``,
+    unless ``identity`` is given)."""
     return OriginPolicy(settings, pieces=pieces, piece_length=PIECE, origin=origin, now=START,
-                        rng=draws or Draws(rank))
+                        rng=draws or Draws(rank), identity=identity)
 
 
 def bits(pieces: int, *held: int) -> list[bool]:
@@ -72,11 +73,14 @@ def bits(pieces: int, *held: int) -> list[bool]:
 
 def obs(at: float, *, have: Sequence[bool] = (), peers: Sequence[tuple[bool, Sequence[bool]]] = (),
         peer_bytes: int = 0, pieces: int = 16, finished: bool = False, failed: bool = False,
-        checking: bool = False) -> Observation:
-    """The download ``at`` seconds after ``START``."""
+        checking: bool = False, announced: bool = False, known_peers: int = 0, swarm_size: int = 0,
+        peer_ids: Sequence[bytes] = ()) -> Observation:
+    """The download ``at`` seconds after ``START``; by default nobody answered it (its
+    turns count from the grace cap)."""
     return Observation(now=START + at, wall=WALL + at, peer_bytes=peer_bytes,
                        have=list(have) or bits(pieces), peers=list(peers),
-                       finished=finished, failed=failed, checking=checking)
+                       finished=finished, failed=failed, checking=checking, announced=announced,
+                       known_peers=known_peers, swarm_size=swarm_size, peer_ids=list(peer_ids))
 
 
 def origin_part(decision: Decision) -> Decision:

@@ -17,15 +17,17 @@ import numpy as np
 import pytest
 
 from bloomswarm.common import FilterBuilder, FilterParams, Layout
+from bloomswarm.common import delta as delta_module
 from bloomswarm.common.delta import (
     DELTA_SUFFIX,
     DeltaHeader,
     apply_delta,
     make_delta,
     read_delta_header,
+    temporaries_of,
 )
 from bloomswarm.common.delta_format import FIXED_SIZE, PAYLOAD_OFFSET
-from bloomswarm.common.errors import DeltaError, FormatError
+from bloomswarm.common.errors import DeltaError, FormatError, WrongBase
 from bloomswarm.common.fastpath import EXTENSION
 from bloomswarm.common.header import HEADER_SIZE, read_header
 
@@ -114,13 +116,13 @@ def test_apply_checks_the_expected_sha256(versions: tuple[Path, Path], tmp_path:
 def test_a_wrong_base_is_refused(versions: tuple[Path, Path], tmp_path: Path) -> None:
     v1, v2 = versions
     make_delta(v1, v2, tmp_path / "d.bsd")
-    with pytest.raises(DeltaError, match="wrong base"):
+    with pytest.raises(WrongBase, match="wrong base"):
         apply_delta(v2, tmp_path / "d.bsd", tmp_path / "out.bsf")
     assert not (tmp_path / "out.bsf").exists() and leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_base_modified_under_its_header_fails_the_result_check(versions: tuple[Path, Path],
+def test_a_base_modified_under_its_header_is_a_wrong_base(versions: tuple[Path, Path],
                                                                  tmp_path: Path, engine: str) -> None:
     v1, v2 = versions
     make_delta(v1, v2, tmp_path / "d.bsd")
@@ -128,7 +130,7 @@ def test_a_base_modified_under_its_header_fails_the_result_check(versions: tuple
     data[HEADER_SIZE + 5] ^= 0x10
     v1.chmod(0o644)
     v1.write_bytes(bytes(data))
-    with pytest.raises(DeltaError, match="base body was modified"):
+    with pytest.raises(WrongBase, match="base body was modified"):  # its hash, not the result's
         apply_delta(v1, tmp_path / "d.bsd", tmp_path / "out.bsf", engine=engine)  # type: ignore[arg-type]
     assert not (tmp_path / "out.bsf").exists() and leftovers(tmp_path) == []
 
@@ -274,16 +276,41 @@ def test_delta_error_is_a_format_error() -> None:
     assert issubclass(DeltaError, FormatError)
 
 
-def test_apply_copies_the_base_without_copy_file_range(versions: tuple[Path, Path], tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Where the kernel refuses copy_file_range (across file systems, old kernels) the
-    base body is copied with pread/write instead, to the same result."""
+def test_apply_reads_the_base_in_steps_and_takes_short_reads(versions: tuple[Path, Path], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The base body is read into the output a step at a time (each step hashed); a read
+    that returns fewer bytes than asked is continued, to the same result."""
     v1, v2 = versions
     make_delta(v1, v2, tmp_path / "d.bsd")
+    real = os.preadv
+    reads: list[int] = []
 
-    def refuse(*_args: object) -> int:
-        raise OSError(18, "Invalid cross-device link")
+    def short(fd: int, buffers: list[memoryview], offset: int) -> int:
+        with buffers[0][:max(1, len(buffers[0]) // 2 - 3)] as half:  # at most half of it
+            reads.append(len(half))
+            return real(fd, [half], offset)
 
-    monkeypatch.setattr(os, "copy_file_range", refuse)
+    monkeypatch.setattr(delta_module, "_READ_STEP", 4096)
+    monkeypatch.setattr(os, "preadv", short)
     apply_delta(v1, tmp_path / "d.bsd", tmp_path / "out.bsf")
     assert (tmp_path / "out.bsf").read_bytes() == v2.read_bytes()
+    assert sum(reads) == v1.stat().st_size - HEADER_SIZE  # the base body, read once
+    assert len(reads) > 2 * (v1.stat().st_size - HEADER_SIZE) // 4096
+
+
+def test_a_base_cut_short_under_its_header_is_refused(versions: tuple[Path, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    v1, v2 = versions
+    make_delta(v1, v2, tmp_path / "d.bsd")
+    monkeypatch.setattr(os, "preadv", lambda *_args: 0)  # the file ended early
+    with pytest.raises(DeltaError, match="base truncated"):
+        apply_delta(v1, tmp_path / "d.bsd", tmp_path / "out.bsf")
+    assert not (tmp_path / "out.bsf").exists() and leftovers(tmp_path) == []
+
+
+def test_temporaries_of_names_what_an_interrupted_apply_leaves(tmp_path: Path) -> None:
+    out = tmp_path / "filter.bsf"
+    left = [tmp_path / ".tmp-filter.bsf.abc123", tmp_path / ".tmp-filter.bsf.zz"]
+    for path in [*left, tmp_path / ".tmp-other.bsf.abc", tmp_path / "filter.bsf"]:
+        path.write_bytes(b"x")
+    assert temporaries_of(out) == sorted(left)

@@ -1,8 +1,10 @@
 """The origin policy core, by tables: one download's observations in, its decisions out.
 
 No libtorrent, no clock: times are seconds after ``START``. The defaults of these tables
-(``helpers.config``): grace 5 s, stagger 2 s, starved after 2 s (stall: 6 s), rank 0.5,
-so a download with no peer has its turn at 5 + 0.5 × 2 = 6 s.
+(``helpers.config``, ``helpers.obs``): grace 6 s, stagger 2 s, starved after 2 s (stall:
+6 s), rank 0.5, and no tracker answers, so a download settles at the grace cap, 6 s, and
+with p peers in sight has its turn at 6 + 0.5 × p × 2 s (one stripe). The settle rule
+and the ranks of peer ids have tables of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from bloomswarm.agent.origin_policy import (
     Observation,
     OriginPolicy,
     Replace,
+    fleet_rank,
     peers_hold_needed,
     want_origin,
 )
@@ -48,6 +51,12 @@ HOLDS_NEEDED = (False, bits(16, 3))
 )
 def test_off_turns_on_only_when_starved(idle: float, holding: bool, expected: bool) -> None:
     assert want_origin(origin_on=False, idle_s=idle, starved_s=2.0, peers_hold_needed=holding) is expected
+
+
+@pytest.mark.parametrize(("idle", "holding", "expected"), [(0.0, False, True), (0.0, True, False)])
+def test_never_fed_it_need_not_wait_to_be_starved(idle: float, holding: bool, expected: bool) -> None:
+    assert want_origin(origin_on=False, idle_s=idle, starved_s=2.0, peers_hold_needed=holding,
+                       fed=False) is expected
 
 
 @pytest.mark.parametrize(
@@ -98,8 +107,8 @@ def test_fallback_first_decision(what: str, observation: Observation, expected: 
 
 def test_the_staggered_wait_is_capped() -> None:
     download = policy(config(origin_max_delay_s=4.0), rank=0.99)
-    assert download.turn_at(peers=100) == pytest.approx(START + 5.0 + 0.99 * 4.0)
-    assert download.turn_at(peers=0) == pytest.approx(START + 5.0 + 0.99 * 2.0)
+    assert download.turn_at(obs(6.0, peers=[(False, [])] * 100)) == pytest.approx(START + 6.0 + 4.0)
+    assert download.turn_at(obs(6.0, peers=[(False, [])])) == pytest.approx(START + 6.0 + 0.99 * 2.0)
 
 
 def test_a_download_without_origin_never_takes_it() -> None:
@@ -107,6 +116,90 @@ def test_a_download_without_origin_never_takes_it() -> None:
     for at in (6.0, 60.0, 600.0):
         assert download.step(obs(at), Link()).web_seed is None
     assert download.attached is None
+
+
+# --- settling and the order of turns --------------------------------------------------------
+
+INFO_HASH = b"\x01" * 32
+
+
+def _ids_ranked(count: int, *, below: float, above: bool = False) -> list[bytes]:
+    """``count`` peer ids whose rank for ``INFO_HASH`` is below ``below`` (or above)."""
+    found = []
+    for n in range(100_000):
+        peer_id = b"-BS0001-%012d" % n
+        if (fleet_rank(INFO_HASH, peer_id) >= below) is above:
+            found.append(peer_id)
+            if len(found) == count:
+                return found
+    raise AssertionError("no such ids")
+
+
+OWN_ID = _ids_ranked(1, below=1.0)[0]
+OWN_RANK = fleet_rank(INFO_HASH, OWN_ID)
+
+
+def test_fleet_rank_is_a_uniform_number_per_version_and_peer() -> None:
+    ranks = [fleet_rank(INFO_HASH, b"peer%d" % n) for n in range(2000)]
+    assert all(0.0 <= r < 1.0 for r in ranks)
+    assert 0.45 < sum(ranks) / len(ranks) < 0.55
+    assert fleet_rank(INFO_HASH, b"peer1") == fleet_rank(INFO_HASH, b"peer1")
+    assert fleet_rank(INFO_HASH, b"peer1") != fleet_rank(b"\x02" * 32, b"peer1")
+
+
+@pytest.mark.parametrize(
+    ("what", "steps", "expected"),
+    [
+        ("nobody answered: the grace cap", [obs(5.9)], None),
+        ("... then it settles at the cap", [obs(5.9), obs(6.1)], START + 6.0),
+        ("a tracker answered, no peer named: at once", [obs(0.3, announced=True)], START + 0.3),
+        ("a tracker named us and a peer not connected yet", [obs(0.3, announced=True, known_peers=2)], None),
+        ("... connected", [obs(0.3, announced=True, known_peers=2),
+                           obs(0.5, announced=True, known_peers=2, peers=[(False, [])])], START + 0.5),
+        ("... never connected: one stagger after the answer",
+         [obs(0.3, announced=True, known_peers=2), obs(2.3, announced=True, known_peers=2)], START + 2.3),
+    ],
+)
+def test_the_turns_count_once_the_download_has_seen_its_swarm(
+        what: str, steps: list[Observation], expected: float | None) -> None:
+    download, link = policy(config(), origin=False), Link()
+    for observation in steps:
+        download.step(observation, link)
+    assert download.settled_at(steps[-1]) == expected, what
+
+
+def test_the_first_agent_of_a_fresh_version_takes_the_origin_at_once() -> None:
+    download, link = policy(config()), Link()
+    assert download.step(obs(0.2, announced=True), link).web_seed == Attach(URL)
+
+
+def test_peers_ranked_ahead_each_add_a_stagger() -> None:
+    ahead = _ids_ranked(2, below=OWN_RANK)
+    behind = _ids_ranked(3, below=OWN_RANK, above=True)
+    peers: list[tuple[bool, list[bool]]] = [(False, [])] * 5
+    download = policy(config(), identity=(INFO_HASH, OWN_ID))
+    seen = obs(0.2, announced=True, known_peers=5, peers=peers, peer_ids=ahead + behind)
+    assert download.position(seen) == 2.0  # exactly: the whole swarm is in sight
+    assert download.turn_at(seen) == pytest.approx(START + 0.2 + 2 * 2.0)
+    # A swarm larger than the peers in sight: those seen ahead, and the rank's share of the rest.
+    bigger = obs(0.2, announced=True, known_peers=5, peers=peers, peer_ids=ahead + behind, swarm_size=1000)
+    assert download.position(bigger) == pytest.approx(2.0 + OWN_RANK * (1000 - 6))
+
+
+def test_the_agent_ranked_first_goes_first_and_the_next_sees_it() -> None:
+    first_id, second_id = sorted(_ids_ranked(2, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    first = policy(config(), identity=(INFO_HASH, first_id))
+    second = policy(config(), identity=(INFO_HASH, second_id))
+    link = Link()
+
+    def seen(at: float, peer_id: bytes, pieces: list[bool], peer_bytes: int = 0) -> Observation:
+        return obs(at, announced=True, known_peers=1, peers=[(False, pieces)], peer_ids=[peer_id],
+                   peer_bytes=peer_bytes)
+
+    assert first.step(seen(0.1, second_id, []), link).web_seed == Attach(URL)
+    assert second.step(seen(0.1, first_id, []), link).web_seed is None
+    # One stagger later the first one holds pieces the second needs: it stays off.
+    assert second.step(seen(2.2, first_id, bits(16, 0, 1), peer_bytes=1), link).web_seed is None
 
 
 # --- "fallback", one stripe: the web seed on, then off ------------------------------------
@@ -141,7 +234,7 @@ def test_fallback_with_the_origin_on(what: str, observation: Observation, expect
 def test_a_back_off_draws_a_new_turn_counted_from_now_without_grace() -> None:
     download, link = _on(draws=Draws(0.5, 0.25))
     download.step(obs(7.0, peers=[HOLDS_NEEDED], peer_bytes=1), link)
-    assert download.turn_at(peers=1) == pytest.approx(START + 7.0 + 0.25 * 2.0 * 2)
+    assert download.turn_at(obs(7.0, peers=[HOLDS_NEEDED])) == pytest.approx(START + 7.0 + 0.25 * 2.0 * 2)
 
 
 def test_always_takes_the_origin_at_once_and_keeps_it() -> None:
@@ -319,3 +412,15 @@ def test_no_reannounce_while_a_peer_holds_a_needed_piece() -> None:
     download = policy(config(), origin=False)
     assert not download.step(obs(2.0, peers=[HOLDS_NEEDED]), Link()).reannounce
     assert download.step(obs(2.0), Link()).reannounce
+
+
+def test_second_in_line_waits_to_be_starved_even_if_never_fed() -> None:
+    first_id, second_id = sorted(_ids_ranked(2, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    second, link = policy(config(origin_starved_s=4.0), identity=(INFO_HASH, second_id)), Link()
+
+    def seen(at: float) -> Observation:
+        return obs(at, announced=True, known_peers=2, peers=[(False, [])], peer_ids=[first_id])
+
+    assert second.step(seen(0.1), link).web_seed is None  # settled; its turn is one stagger later
+    assert second.step(seen(2.5), link).web_seed is None  # its turn, not starved: the first may fetch
+    assert second.step(seen(4.0), link).web_seed == Attach(URL)  # nothing came for starved_s

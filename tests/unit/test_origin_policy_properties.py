@@ -41,6 +41,9 @@ class Tick:
     finished: bool
     failed: bool
     origin_error: bool
+    announced: bool = True
+    known_peers: int = 0
+    swarm_size: int = 0
 
 
 @dataclass
@@ -100,6 +103,9 @@ ticks = st.builds(
     finished=st.sampled_from([False] * 15 + [True]),
     failed=st.sampled_from([False] * 20 + [True]),
     origin_error=st.sampled_from([False] * 8 + [True]),
+    announced=st.booleans(),
+    known_peers=st.integers(0, 4),
+    swarm_size=st.sampled_from([0, 0, 3, 1000]),
 )
 configs = st.builds(
     lambda policy, stripes, grace, stagger, starved, retry: config(
@@ -141,8 +147,10 @@ def _run(swarm_config: SwarmConfig, seed: int, run: list[Tick], *, origin: bool 
         peers = [(seed_, _bitfield(bits, as_bitarray=as_bitarrays)) for seed_, bits in tick.peers]
         observation = Observation(now=now, wall=link.wall, peer_bytes=peer_bytes,
                                   have=_bitfield(have, as_bitarray=as_bitarrays),
-                                  peers=peers, finished=done, failed=tick.failed)
-        turn = policy.turn_at(len(peers))
+                                  peers=peers, finished=done, failed=tick.failed,
+                                  announced=tick.announced, known_peers=tick.known_peers,
+                                  swarm_size=tick.swarm_size)
+        turn = policy.turn_at(observation)
         counts = held_counts(stripes, observation.have, peers)
         decision = policy.step(observation, link)
         torrent.apply(decision)
