@@ -106,8 +106,11 @@ SLOW_POLL_S = 30.0
 """A background poll under way for this long is logged (once) as slow."""
 
 TICK_S = 0.2
-"""Seconds between two iterations of the loop while a version is being fetched or a poll
-is under way."""
+"""Longest time between two iterations of the loop while a version is being fetched or a
+poll is under way (the transfer's events wake it sooner)."""
+
+MIN_TICK_S = 0.02
+"""Shortest time between two iterations while busy (the transfer's events wake the loop)."""
 
 IDLE_TICK_S = 1.0
 """Longest wait between two iterations otherwise (nothing to fetch: libtorrent seeds on its
@@ -221,7 +224,10 @@ class AgentDaemon:
             while not stop.is_set():
                 self.step()
                 if self._target is not None or self._pending_poll is not None:
-                    stop.wait(TICK_S)
+                    # Woken by the transfer's news (a download finished: swap now), at
+                    # most TICK_S apart, at least MIN_TICK_S apart.
+                    self.transfer.wait(TICK_S)
+                    stop.wait(MIN_TICK_S)
                 else:
                     stop.wait(min(IDLE_TICK_S, max(self._next_poll - self._clock(), 0.0)))
         finally:

@@ -88,6 +88,8 @@ class DirectTransfer:
         self.config = config or DirectConfig()
         self._jobs: dict[TransferKey, _Job] = {}
         self._lock = threading.Lock()
+        self._news = threading.Event()
+        """Set when a download's state changed (for :meth:`wait`)."""
 
     def start_download(
         self,
@@ -165,6 +167,11 @@ class DirectTransfer:
     def poll(self) -> None:
         """Nothing to do: the threads report through the status."""
 
+    def wait(self, timeout: float) -> None:
+        """Block until a download finished or failed, or ``timeout`` seconds passed."""
+        self._news.wait(timeout)
+        self._news.clear()
+
     def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """The byte offset of every unfinished download, as JSON."""
         with self._lock:
@@ -189,6 +196,8 @@ class DirectTransfer:
         with self._lock:
             for name, value in changes.items():
                 setattr(job, name, value)
+        if "state" in changes:
+            self._news.set()
 
     def _run(self, job: _Job, origin: OriginURLFactory) -> None:
         assert job.stop is not None

@@ -290,6 +290,9 @@ class MemoryTransfer:
             if job.state == "downloading":
                 self._advance(job)
 
+    def wait(self, timeout: float) -> None:
+        """Return at once: downloads advance only in :meth:`poll`, so there is always news."""
+
     def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """The byte offset of every unfinished download, as JSON."""
         return {

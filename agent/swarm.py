@@ -226,6 +226,12 @@ class Swarm:
                 log.warning("%s: %s", record.label, exc)
         self._swarm_size = self._swarm_size_now
 
+    def wait(self, timeout: float) -> None:
+        """Block until libtorrent posts an event (a torrent finished, a tracker answered, an
+        error) or ``timeout`` seconds passed (see the protocol)."""
+        if self._session is not None:
+            self._session.wait_for_alert(max(1, int(timeout * 1000)))
+
     def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """Resume data of the unfinished downloads, by version.
 

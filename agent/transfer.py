@@ -183,6 +183,12 @@ class Transfer(Protocol):
         """Do periodic work: process events, apply the origin policy, refresh URLs."""
         ...
 
+    def wait(self, timeout: float) -> None:
+        """Block until the transfer has news (a download finished or failed, a tracker
+        answered: anything :meth:`poll` or :meth:`status` would act on) or ``timeout``
+        seconds passed, whichever comes first; may return early without news."""
+        ...
+
     def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
         """Resume data of the unfinished downloads, by key."""
         ...

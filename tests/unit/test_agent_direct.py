@@ -143,3 +143,18 @@ def test_remove_stops_a_download_and_seed_records_the_version(
     finally:
         slow.close()
     assert slow.versions() == []
+
+
+def test_wait_returns_when_a_download_finishes(
+    tmp_path: Path, store: MemoryObjectStore, server: StoreServer, transfer: DirectTransfer
+) -> None:
+    manifest = publish(store, ["a"], capacity=200_000)
+    transfer.start_download(1, _torrent(store, manifest), tmp_path, _origin(server, manifest.filter_key))
+    for _ in range(100):  # each wait ends on news (a state change), long before its 60 s
+        status = transfer.status(1)
+        assert status is not None
+        if status.finished:
+            break
+        transfer.wait(60.0)
+    else:
+        raise AssertionError("the download never finished")
