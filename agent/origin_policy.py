@@ -50,7 +50,8 @@ back at once when someone else does.
    4 work per stripe: off, a download whose turn has come takes a stripe nobody in sight
    holds a piece of (else one that stopped growing for ``STALL_FACTOR *
    origin_starved_s``: its fetcher left it) and gives its pieces top priority, other
-   pieces nobody holds priority 0. With no stripe to take it waits until peers delivered
+   pieces nobody holds priority 0 (the agent p-th in line the p-th free stripe, so that
+   agents starting together take different ones). With no stripe to take it waits until peers delivered
    nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
    On a stripe that a peer further ahead also fetches, it moves to another free stripe or
    leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
@@ -477,7 +478,7 @@ class OriginPolicy:
             self._attached = url
             if not free:  # stalled: the origin for any piece
                 return Decision(priorities=restore, web_seed=Attach(url))
-            return replace(self._set_stripe(self._rng.choice(free), have, peers), web_seed=Attach(url))
+            return replace(self._set_stripe(self._first_stripe(free, obs), have, peers), web_seed=Attach(url))
         stripe = self._stripe
         if stripe is None:
             return None
@@ -492,6 +493,14 @@ class OriginPolicy:
         if free:
             return self._refresh(obs, link, self._set_stripe(self._rng.choice(free), have, peers))
         return self._back_off(f"stripe {stripe} is complete", now)
+
+    def _first_stripe(self, free: list[int], obs: Observation) -> int:
+        """The free stripe to take when the origin goes on: the agent p-th in line takes
+        the p-th free one (agents that start together, before they see each other's
+        pieces, take different stripes); after a back-off, one drawn at random."""
+        if self._backed_off:
+            return self._rng.choice(free)
+        return free[int(self.position(obs)) % len(free)]
 
     def _free_stripes(self, now: float) -> list[int]:
         """Stripes to take (as of this tick's watch update): those nobody in sight holds a

@@ -398,26 +398,10 @@ class Swarm:
             with contextlib.suppress(RuntimeError):
                 previous.snapshot()  # count the old handle's last bytes before it goes
             self.remove(key)
-        params.ti = info
-        params.save_path = str(save_dir)
-        params.flags &= ~lt.torrent_flags.auto_managed
-        params.flags |= lt.torrent_flags.paused  # resumed once its trackers are settled
-        params.flags |= lt.torrent_flags.duplicate_is_error
-        trackers = list(self.config.trackers)
-        if trackers:
-            params.trackers = list(params.trackers) + trackers
-            params.tracker_tiers = list(params.tracker_tiers) + [0] * len(trackers)
         try:
-            handle = self._ses.add_torrent(params)
+            handle = self._add_handle(info, params, save_dir, web_seed=None)
         except RuntimeError as exc:
             raise ValueError(f"{key_label(key)}: libtorrent refused the torrent: {exc}") from exc
-        if not self.config.torrent_trackers:  # keep only the configured trackers
-            handle.replace_trackers([lt.announce_entry(url) for url in trackers])
-        # The origin is added at run time only, under the policy: drop any web seed written
-        # into the torrent (unsigned) or remembered by resume data.
-        for url in handle.url_seeds():
-            handle.remove_url_seed(url)
-        handle.resume()
         now = self._clock()
         policy = OriginPolicy(self.config, pieces=info.num_pieces(), piece_length=info.piece_length(),
                               origin=origin is not None, now=now, rng=self._rng,
@@ -453,6 +437,58 @@ class Swarm:
             info.num_pieces(),
         )
 
+    def _add_handle(self, info: lt.torrent_info, params: lt.add_torrent_params, save_dir: Path,
+                    *, web_seed: str | None) -> lt.torrent_handle:
+        """Add ``info`` to the session with the configured trackers only, and no web seed
+        but ``web_seed`` (one written into the torrent is unsigned, one remembered by resume
+        data may have expired). RuntimeError when libtorrent refuses it."""
+        params.ti = info
+        params.save_path = str(save_dir)
+        params.flags &= ~lt.torrent_flags.auto_managed
+        params.flags |= lt.torrent_flags.paused  # resumed once its trackers are settled
+        params.flags |= lt.torrent_flags.duplicate_is_error
+        trackers = list(self.config.trackers)
+        if trackers:
+            params.trackers = list(params.trackers) + trackers
+            params.tracker_tiers = list(params.tracker_tiers) + [0] * len(trackers)
+        params.url_seeds = [] if web_seed is None else [web_seed]
+        params.http_seeds = []
+        handle = self._ses.add_torrent(params)
+        if not self.config.torrent_trackers:  # keep only the configured trackers
+            handle.replace_trackers([lt.announce_entry(url) for url in trackers])
+        for url in handle.url_seeds():
+            if url != web_seed:
+                handle.remove_url_seed(url)
+        handle.resume()
+        return handle
+
+    def _attach_at_once(self, record: SwarmTorrent, url: str) -> None:
+        """Add the web seed on ``url`` to a download that holds nothing yet, so that it
+        connects now: libtorrent connects a web seed added at run time only on its
+        one-second tick, but one given with the torrent as soon as the torrent is added.
+        The torrent is added again with it (it has no byte to lose; its peers are found
+        again through the trackers at once: only with trackers configured, not on the
+        DHT alone, whose lookups take seconds). If libtorrent refuses the new torrent, the
+        download is in error (the agent retries it)."""
+        old = record.handle
+        params = lt.add_torrent_params()
+        try:
+            params.piece_priorities = old.get_piece_priorities()  # a stripe's, set this tick
+            self._ses.remove_torrent(old)
+        except RuntimeError:
+            old.add_url_seed(url)
+            return
+        self._by_handle.pop(old, None)
+        self._resume.pop(old, None)
+        try:
+            handle = self._add_handle(record.info, params, record.save_dir, web_seed=url)
+        except RuntimeError as exc:
+            record.error = f"libtorrent refused the torrent again with its web seed: {exc}"
+            log.error("%s: %s", record.label, record.error)
+            return
+        record.handle = handle
+        self._by_handle[handle] = record
+
     # --- events -----------------------------------------------------------------------------
 
     def _drain_alerts(self) -> None:
@@ -484,7 +520,7 @@ class Swarm:
                 record = by_handle.get(alert.handle)
                 if record is not None:
                     record.announced = True
-                    record.tracker_peers = max(record.tracker_peers, int(alert.num_peers))
+                    record.named_peers = max(record.named_peers, int(alert.num_peers))
             elif isinstance(alert, (lt.torrent_error_alert, lt.file_error_alert)):
                 record = by_handle.get(alert.handle)
                 if record is not None:
@@ -509,11 +545,13 @@ class Swarm:
         """Connect the downloads of the looked-up info-hash to the peers the DHT found."""
         info_hash = str(alert.info_hash)
         own = ("127.0.0.1", self.listen_port())
+        peers = alert.peers()
         for record in self._torrents.values():
             if str(record.info.info_hashes().v1) != info_hash or record.seeding:
                 continue
             record.announced = True
-            for peer in alert.peers():
+            record.named_peers = max(record.named_peers, len(peers))
+            for peer in peers:
                 if endpoint(peer) != own:
                     with contextlib.suppress(RuntimeError):
                         record.handle.connect_peer(peer)
@@ -546,8 +584,8 @@ class Swarm:
             failed=st.errc.value() != 0 or record.error is not None,
             checking=st.state in CHECKING,
             announced=record.announced or bool(peers),
-            known_peers=record.tracker_peers,
-            swarm_size=max(self._swarm_size, size),
+            known_peers=record.named_peers,
+            swarm_size=max(self._swarm_size, size, record.named_peers),
             peer_ids=[p.pid.to_bytes() for p in peers],
         )
         decision = record.policy.step(observation, record.link)
@@ -568,9 +606,13 @@ class Swarm:
             log.info("%s: origin stripe %d of %d", record.label, decision.stripe, stripes.stripes)
         change = decision.web_seed
         if isinstance(change, Attach):
-            handle.add_url_seed(change.url)
             assert tick is not None
             now, st, peers = tick
+            if (self.config.trackers and st.total_payload_download == 0 and not record.seeding
+                    and not any(st.pieces)):
+                self._attach_at_once(record, change.url)
+            else:
+                handle.add_url_seed(change.url)
             log.info("%s: origin on (%s; %.1fs after start, %d peers, %.0f%% verified, %d B from peers)",
                      record.label, self.config.origin_policy, now - record.started, peers,
                      100 * record.verified_fraction(st), record.bytes_from_peers)

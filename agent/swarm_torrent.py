@@ -74,8 +74,8 @@ class SwarmTorrent:
     _last_read: tuple[float, lt.torrent_status, list[lt.peer_info]] | None = field(
         default=None, repr=False)
     """The last snapshot, with its monotonic time (see :data:`REUSE_READ_S`)."""
-    tracker_peers: int = 0
-    """The most peers one tracker answer named."""
+    named_peers: int = 0
+    """The most peers one tracker or DHT answer named."""
 
     @property
     def version(self) -> int:

@@ -424,3 +424,17 @@ def test_second_in_line_waits_to_be_starved_even_if_never_fed() -> None:
     assert second.step(seen(0.1), link).web_seed is None  # settled; its turn is one stagger later
     assert second.step(seen(2.5), link).web_seed is None  # its turn, not starved: the first may fetch
     assert second.step(seen(4.0), link).web_seed == Attach(URL)  # nothing came for starved_s
+
+
+def test_agents_in_line_take_different_stripes_before_they_see_each_other() -> None:
+    first_id, second_id = sorted(_ids_ranked(2, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    settings = config(origin_stripes=4)
+    first = policy(settings, identity=(INFO_HASH, first_id))
+    second = policy(settings, identity=(INFO_HASH, second_id))
+
+    def seen(at: float, peer_id: bytes) -> Observation:  # the peer holds nothing yet
+        return obs(at, announced=True, known_peers=2, peers=[(False, [])], peer_ids=[peer_id])
+
+    assert first.step(seen(0.1, second_id), Link()).stripe == 0  # first in line: at once
+    assert second.step(seen(0.1, first_id), Link()).web_seed is None  # its turn: 2 s / 4 stripes later
+    assert second.step(seen(0.7, first_id), Link()).stripe == 1  # the second free stripe
