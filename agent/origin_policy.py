@@ -20,7 +20,8 @@ back at once when someone else does.
 
 1. *Settle* (:meth:`OriginPolicy.settled_at`). The turns count from the moment the download
    has seen its swarm: a tracker or the DHT answered (``announced``) and it is connected
-   to the peers a tracker named (``known_peers``), or ``origin_stagger_s`` passed since
+   to the peers a tracker named (``known_peers``) — early only when the fleet's size is
+   known from a version it holds (``fleet_known``) — or ``origin_stagger_s`` passed since
    the answer — at most ``origin_grace_s`` after the start when nobody answers. On a LAN
    this takes milliseconds, not a fixed grace.
 2. *Wait your turn* (:meth:`OriginPolicy.turn_at`). Every download of a version has a
@@ -29,11 +30,12 @@ back at once when someone else does.
    number of agents ranked before it: those counted among the connected peers, plus
    ``rank * unseen`` for the agents not in sight (each is ahead with probability
    ``rank``), ``unseen`` from the swarm's size (the trackers' complete and incomplete
-   counts, the version it seeds) less the peers in sight. It may use the
-   origin ``position * origin_stagger_s / stripes`` seconds after settling (capped at
-   ``origin_max_delay_s``): the first agent of a fresh version at once, the next ones
-   one stagger apart per origin stripe, whatever the fleet size. Without peer ids (a
-   simulator) the rank is drawn from ``rng``.
+   counts, the version it seeds) less the peers in sight. It may use the origin
+   ``turns_before(position, stripes) * origin_stagger_s`` seconds after settling
+   (capped at ``origin_max_delay_s``): the first ``stripes`` agents within the first
+   stagger (the first agent of a fresh version at once), each one after them one
+   stagger later, whatever the fleet size. Without peer ids (a simulator) the rank is
+   drawn from ``rng``.
 3. *Starved → on* (:func:`want_origin`). Once its turn has come, the download adds the
    web seed at once if it is first in line (position below 1), no peer ever fed it and
    no connected peer holds a piece it still needs (nobody has the version yet: waiting
@@ -162,6 +164,11 @@ class Observation:
     the swarm of the version seeded), 0 when unknown."""
     peer_ids: Sequence[bytes] = ()
     """Peer ids of the connected peers (ranked with :func:`fleet_rank`)."""
+    fleet_known: bool = True
+    """The fleet's size is known from a version this agent holds (its torrent's tracker
+    counts). When it is not (a fresh fleet's first version), a download waits
+    ``origin_stagger_s`` after the first answer before its turns count, so that agents
+    starting together see each other."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,16 @@ def want_origin(*, origin_on: bool, idle_s: float, starved_s: float, peers_hold_
     if origin_on:
         return not peers_hold_needed or stalled
     return (not peers_hold_needed and (not fed or idle_s >= starved_s)) or stalled
+
+
+def turns_before(position: float, stripes: int) -> float:
+    """Staggers an agent at ``position`` in line waits after settling: the first
+    ``stripes`` agents share the first stagger (they fetch different stripes at once); each
+    one after them, a backup that takes a stripe only if its fetcher left it, one stagger
+    more (by then the stripes taken show in its peers' pieces)."""
+    if position < stripes:
+        return position / stripes
+    return 1.0 + (position - stripes)
 
 
 def peers_hold_needed(have: Pieces, peers: Bitfields) -> bool:
@@ -357,7 +374,8 @@ class OriginPolicy:
         if not obs.announced:
             return None
         announced_at = obs.now if self._announced_at is None else self._announced_at
-        if len(obs.peers) >= obs.known_peers - 1 or obs.now >= announced_at + config.origin_stagger_s:
+        all_named = obs.fleet_known and len(obs.peers) >= obs.known_peers - 1
+        if all_named or obs.now >= announced_at + config.origin_stagger_s:
             return obs.now
         return None
 
@@ -380,9 +398,9 @@ class OriginPolicy:
         if settled is None:
             return math.inf
         config = self._config
-        parallel = 1 if self._watch is None else self._watch.stripes.stripes
-        wait = min(config.origin_stagger_s * self.position(obs) / parallel, config.origin_max_delay_s)
-        return settled + wait
+        stripes = 1 if self._watch is None else self._watch.stripes.stripes
+        return settled + min(config.origin_stagger_s * turns_before(self.position(obs), stripes),
+                             config.origin_max_delay_s)
 
     def _peer_rank(self, peer_id: bytes) -> float:
         rank = self._peer_ranks.get(peer_id)
@@ -495,11 +513,13 @@ class OriginPolicy:
         return self._back_off(f"stripe {stripe} is complete", now)
 
     def _first_stripe(self, free: list[int], obs: Observation) -> int:
-        """The free stripe to take when the origin goes on: the agent p-th in line takes
-        the p-th free one (agents that start together, before they see each other's
-        pieces, take different stripes); after a back-off, one drawn at random."""
-        if self._backed_off:
-            return self._rng.choice(free)
+        """The free stripe to take when the origin goes on: with the whole swarm in sight,
+        the agent p-th in line takes the p-th free one (agents that start together,
+        before they see each other's pieces, take different stripes); otherwise (agents
+        out of sight may think they are p-th too), or after a back-off, one drawn at
+        random."""
+        if self._backed_off or len(obs.peers) + 1 < obs.swarm_size:
+            return self._rng.choice(free)  # agents out of sight: a deterministic pick would collide
         return free[int(self.position(obs)) % len(free)]
 
     def _free_stripes(self, now: float) -> list[int]:

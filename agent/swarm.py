@@ -89,8 +89,9 @@ class Swarm:
         self._moves: dict[lt.torrent_handle, str | None] = {}  # relocate(): None, or the error
         self._dropped_warned = False
         self._swarm_size = 0
-        """The most agents (complete + incomplete) the trackers reported for any torrent at
-        the last poll (the current poll's count goes to ``_swarm_size_now``)."""
+        """The fleet's size as known from the versions held here: the most agents (complete
+        + incomplete) the trackers reported for a complete torrent at the last poll (the
+        current poll's count goes to ``_swarm_size_now``); 0: unknown."""
         self._swarm_size_now = 0
         self._peer_class = OriginPeerClass(self._ses, self.config, clock)
 
@@ -570,10 +571,11 @@ class Swarm:
     def _poll_torrent(self, record: SwarmTorrent, now: float) -> None:
         st, connections = record.snapshot()
         peers = [p for p in connections if not is_web_seed(p)]
-        # The fleet's size as the trackers see it: the most agents (complete + incomplete)
-        # of any torrent, the versions seeded included.
+        # The swarm's size as the trackers see it (complete + incomplete); a complete
+        # torrent's tells the fleet's size to the downloads of newer versions.
         size = max(st.num_complete, 0) + max(st.num_incomplete, 0)
-        self._swarm_size_now = max(self._swarm_size_now, size)
+        if st.is_seeding:
+            self._swarm_size_now = max(self._swarm_size_now, size)
         observation = Observation(
             now=now,
             wall=time.time(),
@@ -587,14 +589,15 @@ class Swarm:
             known_peers=record.named_peers,
             swarm_size=max(self._swarm_size, size, record.named_peers),
             peer_ids=[p.pid.to_bytes() for p in peers],
+            fleet_known=self._swarm_size > 0,
         )
         decision = record.policy.step(observation, record.link)
-        self._apply(record, decision, (now, st, len(peers)))
+        self._apply(record, decision, (now, st, observation))
 
     def _apply(self, record: SwarmTorrent, decision: Decision,
-               tick: tuple[float, lt.torrent_status, int] | None = None) -> None:
+               tick: tuple[float, lt.torrent_status, Observation] | None = None) -> None:
         """Carry out ``decision`` on ``record``'s torrent (``tick``: the time, its status
-        and its connected peers this tick, for the log of an added web seed)."""
+        and what the policy observed this tick, for the log of an added web seed)."""
         handle = record.handle
         if decision.reannounce:
             self._reannounce(record)
@@ -607,15 +610,17 @@ class Swarm:
         change = decision.web_seed
         if isinstance(change, Attach):
             assert tick is not None
-            now, st, peers = tick
+            now, st, seen = tick
             if (self.config.trackers and st.total_payload_download == 0 and not record.seeding
                     and not any(st.pieces)):
                 self._attach_at_once(record, change.url)
             else:
                 handle.add_url_seed(change.url)
-            log.info("%s: origin on (%s; %.1fs after start, %d peers, %.0f%% verified, %d B from peers)",
-                     record.label, self.config.origin_policy, now - record.started, peers,
-                     100 * record.verified_fraction(st), record.bytes_from_peers)
+            log.info("%s: origin on (%s; %.1fs after start, %d peers of a swarm of %d, position "
+                     "%.1f, %.0f%% verified, %d B from peers)",
+                     record.label, self.config.origin_policy, now - record.started, len(seen.peers),
+                     seen.swarm_size, record.policy.position(seen), 100 * record.verified_fraction(st),
+                     record.bytes_from_peers)
         elif isinstance(change, Detach) and change.reason is None:  # an origin error, logged
             with contextlib.suppress(RuntimeError):
                 handle.remove_url_seed(change.url)

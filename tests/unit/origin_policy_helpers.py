@@ -74,13 +74,14 @@ def bits(pieces: int, *held: int) -> list[bool]:
 def obs(at: float, *, have: Sequence[bool] = (), peers: Sequence[tuple[bool, Sequence[bool]]] = (),
         peer_bytes: int = 0, pieces: int = 16, finished: bool = False, failed: bool = False,
         checking: bool = False, announced: bool = False, known_peers: int = 0, swarm_size: int = 0,
-        peer_ids: Sequence[bytes] = ()) -> Observation:
+        peer_ids: Sequence[bytes] = (), fleet_known: bool = True) -> Observation:
     """The download ``at`` seconds after ``START``; by default nobody answered it (its
     turns count from the grace cap)."""
     return Observation(now=START + at, wall=WALL + at, peer_bytes=peer_bytes,
                        have=list(have) or bits(pieces), peers=list(peers),
                        finished=finished, failed=failed, checking=checking, announced=announced,
-                       known_peers=known_peers, swarm_size=swarm_size, peer_ids=list(peer_ids))
+                       known_peers=known_peers, swarm_size=swarm_size, peer_ids=list(peer_ids),
+                       fleet_known=fleet_known)
 
 
 def origin_part(decision: Decision) -> Decision:
