@@ -32,7 +32,7 @@ from .transfer import (
     TransferStatus,
     key_label,
     key_order,
-    same_file,
+    relocated,
 )
 from .verify import CheckFailed, read_torrent
 
@@ -137,10 +137,8 @@ class DirectTransfer:
         ``file_dir`` (the same file, :func:`~.transfer.same_file`); its counts carry on."""
         with self._lock:
             job = self._jobs.get(key)
-            if job is None or job.state != "seeding":
-                return False
-            moved = file_dir / job.path.name
-            if not same_file(job.path, moved):
+            moved = None if job is None or job.state != "seeding" else relocated(job.path, file_dir)
+            if job is None or moved is None:
                 return False
             job.path = moved
             return True

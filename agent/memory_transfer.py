@@ -51,7 +51,7 @@ from .transfer import (
     TransferState,
     TransferStatus,
     key_order,
-    same_file,
+    relocated,
 )
 from .verify import read_torrent
 
@@ -247,10 +247,8 @@ class MemoryTransfer:
         """See :meth:`~.transfer.Transfer.relocate`: a finished job reads the same file
         (checked: :func:`~.transfer.same_file`) from ``file_dir``; its counts carry on."""
         job = self._jobs.get(key)
-        if job is None or job.state != "seeding":
-            return False
-        moved = file_dir / job.path.name
-        if not same_file(job.path, moved):
+        moved = None if job is None or job.state != "seeding" else relocated(job.path, file_dir)
+        if job is None or moved is None:
             return False
         job.path = moved
         return True

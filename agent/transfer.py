@@ -125,6 +125,13 @@ def same_file(path: Path, other: Path) -> bool:
         return False
 
 
+def relocated(path: Path, file_dir: Path) -> Path | None:
+    """``path``'s name in ``file_dir`` when that is the very same file (the condition of
+    :meth:`Transfer.relocate`), else None."""
+    moved = file_dir / path.name
+    return moved if same_file(path, moved) else None
+
+
 class Transfer(Protocol):
     """Moves the bytes of versions: download, then keep serving them to peers."""
 

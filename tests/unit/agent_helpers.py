@@ -43,6 +43,7 @@ from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.transfer import Transfer
 from bloomswarm.common.bucket_layout import delta_file_name, manifest_key, signature_key_of
 from bloomswarm.common.builder import FilterBuilder
+from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import ObjectNotFound
 from bloomswarm.common.manifest import Manifest, sign_manifest
 from bloomswarm.common.pointer import Pointer
@@ -76,6 +77,15 @@ def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
     builder = FilterBuilder.for_capacity(capacity, 0.01)
     builder.add_many(keys)
     return builder
+
+
+def stage_file(data_dir: Path, version: int, data: bytes) -> Path:
+    """``data`` written as version ``version``'s staged download in ``data_dir``."""
+    staging = DataDir(data_dir).staging_dir(version)
+    staging.mkdir(parents=True)
+    path = staging / "filter.bsf"
+    path.write_bytes(data)
+    return path
 
 
 def publish(

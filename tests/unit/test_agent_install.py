@@ -22,21 +22,15 @@ from bloomswarm.agent.install import (
 )
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import FormatError
+from tests.unit.agent_helpers import stage_file
 
 _DOCUMENTS = InstalledDocuments(manifest=b"{}", manifest_signature=b"sig", torrent=b"t")
 
 
-def _staged(data_dir: Path, version: int, data: bytes) -> Path:
-    staging = DataDir(data_dir).staging_dir(version)
-    staging.mkdir(parents=True)
-    path = staging / "filter.bsf"
-    path.write_bytes(data)
-    return path
-
 
 def test_install_places_a_read_only_file_and_metadata_then_flip(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
-    staged = _staged(tmp_path, 3, b"filter bytes")
+    staged = stage_file(tmp_path, 3, b"filter bytes")
     target = install_version(tmp_path, 3, staged, InstalledDocuments(b"{}", b"sig", b"t"))
     assert target == tmp_path / "versions" / "v3" / "filter.bsf"
     assert not staged.exists() and target.read_bytes() == b"filter bytes"
@@ -53,7 +47,7 @@ def test_install_places_a_read_only_file_and_metadata_then_flip(tmp_path: Path) 
 
 def test_install_keeps_an_installed_version_as_it_is(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
-    install_version(tmp_path, 1, _staged(tmp_path, 1, b"first"), _DOCUMENTS)
+    install_version(tmp_path, 1, stage_file(tmp_path, 1, b"first"), _DOCUMENTS)
     (tmp_path / "staging" / "v1" / "filter.bsf").write_bytes(b"second")
     install_version(tmp_path, 1, tmp_path / "staging" / "v1" / "filter.bsf", _DOCUMENTS)
     assert (tmp_path / "versions" / "v1" / "filter.bsf").read_bytes() == b"first"

@@ -26,7 +26,7 @@ from bloomswarm.agent.transfer import DeltaKey, TransferStatus, same_file
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
-from tests.unit.agent_helpers import agent_config, installed, make_daemon, publish, run_until
+from tests.unit.agent_helpers import agent_config, installed, make_daemon, publish, run_until, stage_file
 
 store, origin, daemons = agent_helpers.store, agent_helpers.origin, agent_helpers.daemons  # fixtures
 offline = agent_helpers.offline
@@ -47,20 +47,13 @@ def _status(transfer: MemoryTransfer | DirectTransfer, key: int | DeltaKey) -> T
     return status
 
 
-def _staged(data_dir: Path, version: int, data: bytes) -> Path:
-    staging = DataDir(data_dir).staging_dir(version)
-    staging.mkdir(parents=True)
-    path = staging / "filter.bsf"
-    path.write_bytes(data)
-    return path
-
 
 # -- install with keep_staged --------------------------------------------------------------
 
 
 def test_keep_staged_links_the_file_into_place_read_only(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
-    staged = _staged(tmp_path, 3, b"filter bytes")
+    staged = stage_file(tmp_path, 3, b"filter bytes")
     target = install_version(tmp_path, 3, staged, _DOCUMENTS, keep_staged=True)
     assert same_file(staged, target) and target.read_bytes() == b"filter bytes"
     assert os.stat(target).st_mode & 0o777 == 0o444 and os.stat(target).st_nlink == 2
@@ -71,7 +64,7 @@ def test_keep_staged_links_the_file_into_place_read_only(tmp_path: Path) -> None
 
 def test_keep_staged_leaves_an_installed_version_and_the_staged_file_alone(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
-    install_version(tmp_path, 1, _staged(tmp_path, 1, b"first"), _DOCUMENTS)
+    install_version(tmp_path, 1, stage_file(tmp_path, 1, b"first"), _DOCUMENTS)
     staged = tmp_path / "staging" / "v1" / "filter.bsf"
     staged.write_bytes(b"second")
     target = install_version(tmp_path, 1, staged, _DOCUMENTS, keep_staged=True)
@@ -86,7 +79,7 @@ def test_keep_staged_renames_where_the_file_system_refuses_links(
         raise OSError(errno.EPERM, "links not supported")
 
     prepare_data_dir(tmp_path)
-    staged = _staged(tmp_path, 2, b"filter bytes")
+    staged = stage_file(tmp_path, 2, b"filter bytes")
     monkeypatch.setattr(os, "link", refuse)
     target = install_version(tmp_path, 2, staged, _DOCUMENTS, keep_staged=True)
     assert target.read_bytes() == b"filter bytes" and not staged.exists()
@@ -97,7 +90,7 @@ def test_a_failing_link_installs_nothing(tmp_path: Path, monkeypatch: pytest.Mon
         raise OSError(errno.ENOSPC, "no space left on device")
 
     prepare_data_dir(tmp_path)
-    staged = _staged(tmp_path, 2, b"filter bytes")
+    staged = stage_file(tmp_path, 2, b"filter bytes")
     monkeypatch.setattr(os, "link", full)
     with pytest.raises(OSError):
         install_version(tmp_path, 2, staged, _DOCUMENTS, keep_staged=True)
@@ -107,7 +100,7 @@ def test_a_failing_link_installs_nothing(tmp_path: Path, monkeypatch: pytest.Mon
 def test_install_delta_keep_staged_links_the_delta(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
     layout = DataDir(tmp_path)
-    install_version(tmp_path, 2, _staged(tmp_path, 2, b"filter"), _DOCUMENTS, keep_staged=True)
+    install_version(tmp_path, 2, stage_file(tmp_path, 2, b"filter"), _DOCUMENTS, keep_staged=True)
     staged_delta = layout.staged_delta(2, 1)
     staged_delta.write_bytes(b"delta")
     install_delta(tmp_path, 2, 1, staged_delta, b"delta torrent", keep_staged=True)
