@@ -913,9 +913,13 @@ class AgentDaemon:
             self._status = snapshot
 
     def status(self) -> dict[str, Any]:
-        """The latest status snapshot (thread-safe; served as /status)."""
+        """The latest status snapshot (thread-safe; served as /status). Before the first
+        one (the agent is starting: recovering, seeding what it holds), a snapshot that
+        says so: ``ready`` false, no current version, ``starting`` true."""
         with self._status_lock:
-            return dict(self._status)
+            snapshot = dict(self._status)
+        return snapshot or {"ready": False, "starting": True, "current_version": None,
+                            "data_dir": str(self.data_dir)}
 
     @property
     def target_version(self) -> int | None:

@@ -18,16 +18,20 @@ from typing import Any
 
 import pytest
 
+from bloomswarm.agent.announcements import ObjectStoreAnnouncements
 from bloomswarm.agent.config import InstallConfig
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
+from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.live import LiveFilter
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
 from tests.unit.agent_helpers import (
+    PUBLIC,
     ROGUE_KEY,
+    TickingClock,
     agent_config,
     installed,
     make_daemon,
@@ -313,3 +317,18 @@ def test_nothing_published_is_logged_once(
         for _ in stepping(daemon, 20):
             pass
     assert sum("event=nothing_published" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_status_before_the_first_snapshot_says_the_agent_is_starting(
+    tmp_path: Path, origin: MemoryOrigin
+) -> None:
+    daemon = AgentDaemon(agent_config(tmp_path), ObjectStoreAnnouncements(origin, PUBLIC),
+                         MemoryTransfer(origin), origin, PUBLIC, metrics=AgentMetrics(),
+                         clock=TickingClock())  # not started: /status is served meanwhile
+    assert daemon.status() == {"ready": False, "starting": True, "current_version": None,
+                               "data_dir": str(daemon.data_dir)}
+    daemon.start()
+    try:
+        assert "starting" not in daemon.status() and daemon.status()["ready"] is False
+    finally:
+        daemon.shutdown()
