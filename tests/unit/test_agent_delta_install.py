@@ -300,18 +300,29 @@ def test_an_apply_cut_short_by_a_shutdown_is_done_again_after_the_restart(
 # -- retry before falling back --------------------------------------------------------------
 
 
-def test_a_transient_failure_to_fetch_the_delta_torrent_is_retried(
-    *, tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
-    retries: list[float], caplog: pytest.LogCaptureFixture,
-) -> None:
+def _v2_with_a_failing_torrent_get(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
+    caplog: pytest.LogCaptureFixture, *, error: Exception,
+) -> tuple[AgentDaemon, FlakySource, Manifest]:
+    """An agent on v1 whose first fetch of v2's delta torrent raises ``error``; returns it
+    once it installed v2 (by delta or in full), its source, and v2's manifest."""
     publish(store, KEYS_1, deltas=True)
-    source = FlakySource(ObjectStoreAnnouncements(origin, list(PUBLIC)), failures=1,
-                         error=StorageError("GET v2 torrent: HTTP 503 SlowDown (test)"))
+    source = FlakySource(ObjectStoreAnnouncements(origin, list(PUBLIC)), failures=1, error=error)
     daemon = _agent(tmp_path, origin, daemons, source=source)
     run_until(daemon, lambda: installed(daemon, 1))
     caplog.set_level(logging.INFO, logger="bloomswarm.agent")
     v2 = publish(store, KEYS_2, deltas=True)
     run_until(daemon, lambda: installed(daemon, 2))
+    return daemon, source, v2
+
+
+def test_a_transient_failure_to_fetch_the_delta_torrent_is_retried(
+    *, tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
+    retries: list[float], caplog: pytest.LogCaptureFixture,
+) -> None:
+    daemon, source, v2 = _v2_with_a_failing_torrent_get(
+        tmp_path, store, origin, daemons, caplog,
+        error=StorageError("GET v2 torrent: HTTP 503 SlowDown (test)"))
     assert _serves(daemon, v2) and metric(daemon, "delta_installs_total") == 1
     assert _fallbacks(daemon) == {} and origin.served[v2.filter_key] == 0
     assert source.calls == 2 and len(retries) == 1 and 0 < retries[0] <= 1.0
@@ -322,14 +333,8 @@ def test_a_missing_delta_torrent_falls_back_at_once_counted_and_logged_once(
     *, tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
     retries: list[float], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish(store, KEYS_1, deltas=True)
-    source = FlakySource(ObjectStoreAnnouncements(origin, list(PUBLIC)), failures=1,
-                         error=ObjectNotFound("GET v2 torrent: HTTP 404 (test)"))
-    daemon = _agent(tmp_path, origin, daemons, source=source)
-    run_until(daemon, lambda: installed(daemon, 1))
-    caplog.set_level(logging.INFO, logger="bloomswarm.agent")
-    v2 = publish(store, KEYS_2, deltas=True)
-    run_until(daemon, lambda: installed(daemon, 2))
+    daemon, source, v2 = _v2_with_a_failing_torrent_get(
+        tmp_path, store, origin, daemons, caplog, error=ObjectNotFound("GET v2 torrent: HTTP 404 (test)"))
     assert _serves(daemon, v2) and origin.served[v2.filter_key] == v2.size
     assert _fallbacks(daemon) == {"missing": 1} and metric(daemon, "delta_installs_total") == 0
     assert source.calls == 1 and retries == []
