@@ -16,7 +16,12 @@ tick; beyond a few hundred agents this model is used instead:
   is smaller) each step their own :class:`OriginPolicy` every tick. Their
   :class:`Observation`: their own pieces, and ``peer_list`` (at most 50) connected peers
   whose bitfields are drawn from the fleet's state (a peer with progress ``x`` holds a
-  random ``x / piece`` of the pieces in ``G``); a finished peer is a seed. When a
+  random ``x / piece`` of the pieces in ``G``); a finished peer is a seed. As the agent
+  fills it from libtorrent: ``announced`` from the join, ``known_peers`` the peers the
+  tracker named, ``swarm_size`` the fleet's size (``fleet_known``: a rollout to a running
+  fleet, whose tracker counts of the version it seeds tell it) or the agents the tracker
+  had counted at its last announce (a fresh fleet). Peer ids are not given: the core's
+  position is then ``rank × (swarm_size − 1)``, the expectation of the agent's count. When a
   sampled agent's web seed is on it receives, within its download cap, its share of the
   origin's cap among every agent on the origin (the sampled agents' weights),
   top-priority pieces first; its bytes, weighted, are the origin's egress, and the
@@ -101,6 +106,9 @@ class Fleet:
     fetch_s: float = 0.3
     peer_list: int = 50
     announce_interval_s: float = 1800.0
+    fleet_known: bool = True
+    """The agents seed an earlier version (a running fleet): ``swarm_size`` is the fleet's
+    size. False: a fresh fleet's first version (the tracker's count at each announce)."""
     hash_bps: float = 1.0e9
     swap_s: float = 0.05
     efficiency: float = 1.0
@@ -162,6 +170,10 @@ def simulate(f: Fleet, *, cdn_edges: int = 0, limit_s: float = 7200.0) -> FleetO
     peer_bytes = {int(i): 0.0 for i in sample}
     partial = {int(i): 0.0 for i in sample}
     peer_partial = {int(i): 0.0 for i in sample}
+    counted = {int(i): 0 for i in sample}
+    """complete + incomplete in the tracker's last answer to the sampled agent."""
+    named = {int(i): 0 for i in sample}
+    """The most peers one tracker answer named to it."""
     per_tick_origin = 0.0
     """Origin bytes of a piece not yet complete, per sampled agent."""
     exists = np.zeros(p, dtype=bool)
@@ -204,10 +216,18 @@ def simulate(f: Fleet, *, cdn_edges: int = 0, limit_s: float = 7200.0) -> FleetO
                 policy = OriginPolicy(f.swarm, pieces=p, piece_length=int(unit), origin=True,
                                       now=t, rng=draws[i])
                 policies[i] = policy
-            view = rng.sample(pool, min(len(pool), VIEW_PEERS, k)) if pool else []
+                counted[i] = int(np.count_nonzero(joined))
+                named[i] = min(f.peer_list, counted[i] - 1)
+            view = rng.sample(pool, min(len(pool), VIEW_PEERS, k, max(named[i], 1))) if pool else []
             obs = Observation(now=t, wall=t, peer_bytes=int(peer_bytes[i]), have=mine,
-                              peers=view, finished=bool(done[i] < np.inf))
+                              peers=view, finished=bool(done[i] < np.inf),
+                              announced=True, known_peers=named[i],
+                              swarm_size=max(n if f.fleet_known else 0, counted[i], named[i]),
+                              fleet_known=f.fleet_known)
             decision = policy.step(obs, link)
+            if decision.reannounce:
+                counted[i] = int(np.count_nonzero(joined))
+                named[i] = max(named[i], min(f.peer_list, counted[i] - 1))
             rebroadcast += weight[i] * decision.reannounce
             if decision.priorities is not None:
                 chosen = np.array(decision.priorities, dtype=np.int8)
@@ -238,15 +258,20 @@ def simulate(f: Fleet, *, cdn_edges: int = 0, limit_s: float = 7200.0) -> FleetO
                 if not order:
                     continue
                 budget = partial[i] + per_agent
+                taken = 0
                 for piece in order:
                     if budget < unit:
                         break
                     bits[int(piece)] = True
                     exists[int(piece)] = True
                     budget -= unit
+                    taken += 1
+                sent = per_agent
+                if taken == len(order):  # nothing left to fetch: only the bytes of its pieces
+                    sent, budget = max(0.0, taken * unit - partial[i]), 0.0
                 partial[i] = budget
                 x[i] = min(float(f.file_bytes), max(x[i], bits.count() * unit))
-                tick_bytes += per_agent * weight[i]
+                tick_bytes += sent * weight[i]
             origin_bytes += tick_bytes
             tick_requests = tick_bytes / f.swarm.origin_request_bytes
             requests += tick_requests

@@ -4,13 +4,19 @@ Every agent is simulated: it detects the version at its next poll of ``latest.js
 (interval plus uniform jitter), announces to the tracker, which answers with up to
 ``peer_list`` agents already in the swarm (connections are two-way, and re-announces add
 peers), and steps its own :class:`~bloomswarm.agent.origin_policy.OriginPolicy` every
-tick with an :class:`Observation` built from the simulated state; the :class:`Decision`
-is applied (web seed on or off, piece priorities). Time advances in ticks of ``dt``:
+tick with an :class:`Observation` built from the simulated state as ``agent/swarm.py``
+builds it from libtorrent's: ``announced`` from the first tracker answer, ``known_peers``
+the most peers one answer named, ``swarm_size`` the tracker's count of the swarm at the
+agent's last announce (or the fleet's size, when it is known from the version the agent
+seeds: ``fleet_known``), the connected peers' ids (each agent's rank is
+:func:`~bloomswarm.agent.origin_policy.fleet_rank` of the version's info-hash and its
+peer id, as in the agent). The :class:`Decision` is applied (web seed on or off, piece
+priorities). Time advances in ticks of ``dt``:
 
 - the origin's cap (``origin_bps``) is shared equally among the agents whose web seed is
-  on; each takes it first from its download budget (``origin_download_priority``); the
-  web seed fetches the top-priority pieces first, then any piece of priority > 0,
-  rarest first;
+  on, at most ``origin_connection_bps`` each; each takes it first from its download
+  budget (``origin_download_priority``); the web seed fetches the top-priority pieces
+  first, then any piece of priority > 0, rarest first;
 - each agent uploads at ``upload_bps``, split equally among up to ``unchoke_slots``
   interested neighbours, within each receiver's remaining ``download_bps``; a receiver
   finishes pieces it has started first, then picks the rarest (in the fleet) that the
@@ -25,6 +31,7 @@ draws come from one seeded ``random.Random``.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import dataclass, field
 
@@ -60,6 +67,8 @@ class Rollout:
     upload_bps: float
     download_bps: float
     origin_bps: float
+    origin_connection_bps: float = float("inf")
+    """Throughput of one agent's connection to the origin (S3: about 100 MB/s)."""
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
     poll_interval_s: float = 2.0
     poll_jitter_s: float = 0.5
@@ -73,6 +82,10 @@ class Rollout:
     hash_bps: float = 1.0e9
     """SHA-256 of the whole file before the swap."""
     swap_s: float = 0.05
+    fleet_known: bool = True
+    """The agents seed an earlier version, whose tracker count tells the fleet's size (a
+    rollout to a running fleet); False: a fresh fleet's first version (the swarm's size is
+    what the tracker counted at each agent's announce)."""
     dt: float = 0.1
     seed: int = 0
 
@@ -108,6 +121,11 @@ class _Agent:
         self.detect_at = 0.0
         self.start_at = 0.0
         self.policy: OriginPolicy | None = None
+        self.peer_id = f"-BS0000-{index:012d}".encode()
+        self.swarm_count = 0
+        """complete + incomplete in the tracker's last answer."""
+        self.named = 0
+        """The most peers one tracker answer named."""
         self.neighbours: set[int] = set()
         self.pending: list[tuple[float, int]] = []
         self.web_seed = False
@@ -141,12 +159,15 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
     requests = 0.0
     max_on = 0
     link = _Link()
+    info_hash = hashlib.sha1(f"version-{r.seed}".encode()).digest()
     t = 0.0
     swapped = [float("inf")] * n
 
     def announce(agent: _Agent, now: float) -> None:
         nonlocal announces
         announces += 1
+        agent.swarm_count = len(in_swarm) + (agent.index not in in_swarm)
+        agent.named = max(agent.named, min(r.peer_list, len(in_swarm) - (agent.index in in_swarm)))
         others = [j for j in in_swarm if j != agent.index and j not in agent.neighbours]
         for j in rng.sample(others, min(len(others), r.peer_list)):
             agent.pending.append((now + r.connect_s, j))
@@ -177,7 +198,8 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
         for agent in agents:
             if agent.policy is None and agent.start_at <= t:
                 agent.policy = OriginPolicy(r.swarm, pieces=p, piece_length=r.piece_bytes,
-                                            origin=True, now=t, rng=rng)
+                                            origin=True, now=t, rng=rng,
+                                            identity=(info_hash, agent.peer_id))
                 announce(agent, t)
                 in_swarm.append(agent.index)
             still = []
@@ -199,9 +221,14 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
             if policy is None or (agent.done_at is not None and not agent.web_seed):
                 continue
             i = agent.index
-            peers = [(bool(have[j].all()), bits[j]) for j in sorted(agent.neighbours)]
+            connected = sorted(agent.neighbours)
+            peers = [(bool(have[j].all()), bits[j]) for j in connected]
             obs = Observation(now=t, wall=t, peer_bytes=int(agent.peer_bytes), have=bits[i],
-                              peers=peers, finished=agent.done_at is not None)
+                              peers=peers, finished=agent.done_at is not None,
+                              announced=True, known_peers=agent.named,
+                              swarm_size=max(n if r.fleet_known else 0, agent.swarm_count, agent.named),
+                              peer_ids=[agents[j].peer_id for j in connected],
+                              fleet_known=r.fleet_known)
             decision = policy.step(obs, link)
             if decision.reannounce:
                 announce(agent, t)
@@ -226,7 +253,7 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
         on = [a for a in agents if a.web_seed and a.done_at is None]
         max_on = max(max_on, len(on))
         if on:
-            share = r.origin_bps * r.dt / len(on)
+            share = min(r.origin_bps / len(on), r.origin_connection_bps) * r.dt
             for agent in on:
                 i = agent.index
                 missing = 1 - have[i]
