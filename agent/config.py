@@ -29,6 +29,7 @@ does the reading and checking for both components; the dataclasses check ranges.
 
 from __future__ import annotations
 
+import ipaddress
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,7 +64,9 @@ class SwarmConfig:
 
     listen_interfaces: str = "0.0.0.0:6881,[::]:6881"
     """libtorrent ``listen_interfaces``: comma-separated ``address:port`` (TCP, and UDP for
-    the DHT). Port 0 picks a free port (:meth:`Swarm.listen_port` tells which)."""
+    the DHT). Port 0 picks a free port (:meth:`Swarm.listen_port` tells which). With
+    ``certificate_dirs``, a TLS listener (``address:port+1s``) is added beside each, for
+    private versions, unless some entry already ends in ``s``."""
     trackers: tuple[str, ...] = ()
     """Tracker announce URLs added to every torrent."""
     torrent_trackers: bool = False
@@ -139,6 +142,18 @@ class SwarmConfig:
     """While no connected peer holds a piece a download needs, re-announce it to the
     trackers and the DHT (to find agents that joined since): after 1 s, 2 s, 4 s, ...
     at most this far apart."""
+    certificate_dirs: tuple[Path, ...] = ()
+    """Private versions: directories holding this agent's certificates from the fleet CA,
+    each ``NAME.crt`` with its ``NAME.key`` (a Kubernetes TLS Secret, a systemd
+    credentials directory). A private version's torrent names its CA; the agent presents
+    the certificate that CA issued. Certificates are checked at start: a missing,
+    unreadable, mismatched or expired one stops the agent (docs/private-swarm.md)."""
+    require_private: bool = False
+    """Refuse to download a version whose signed manifest is not private (no swarm CA), so
+    that a publisher misconfigured to public never puts the filter on an open swarm."""
+    allowed_peer_networks: tuple[str, ...] = ()
+    """Peers are accepted only from these networks (CIDR, e.g. ``10.0.0.0/8``; libtorrent's
+    ``ip_filter``); empty: from anywhere. The origin is not a peer and is not filtered."""
     alert_queue_size: int = 10_000
     """libtorrent alerts kept between two polls (errors, state changes, hash failures)."""
     user_agent: str = "bloomswarm"
@@ -170,6 +185,16 @@ class SwarmConfig:
             raise ConfigError("swarm.send_buffer_watermark must be at least 16 KiB")
         if not self.listen_interfaces.strip():
             raise ConfigError("swarm.listen_interfaces must not be empty")
+        for network in self.allowed_peer_networks:
+            try:
+                ipaddress.ip_network(network, strict=False)
+            except ValueError:
+                raise ConfigError(
+                    f"swarm.allowed_peer_networks: {network!r} is not an address or CIDR network"
+                ) from None
+        if self.require_private and not self.certificate_dirs:
+            raise ConfigError("swarm.require_private needs swarm.certificate_dirs: the agent "
+                              "cannot join a private swarm without a certificate")
         for node in self.dht_bootstrap_nodes:
             host, _, port = node.rpartition(":")
             if not host or not port.isdigit():

@@ -32,8 +32,9 @@ Failure handling — the version ``current`` points at keeps serving through all
 - an announcement or a download fails a check: ``verification_failures_total{check}``,
   an error log line, no swap, a retry after backoff (a corrupt download is deleted; an
   interrupted one is kept and resumed);
-- a pointer is refused by policy (replay, downgrade), or a version does not fit
-  (size, disk): ``refusals_total{reason}`` and a log line; a refused download is retried
+- a pointer is refused by policy (replay, downgrade), a version does not fit
+  (size, disk) or is public under ``swarm.require_private``: ``refusals_total{reason}``
+  and a log line; a refused download is retried
   after backoff, since disk space can be freed.
 
 Restarts: installed versions are seeded again from ``versions/vN`` (their torrent is kept
@@ -50,6 +51,7 @@ Log lines are logfmt (``event=... key=value``), see :mod:`.logfmt`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import threading
@@ -57,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from bloomswarm.common.atomic_file import write_atomically
 from bloomswarm.common.datadir import DataDir
@@ -99,6 +101,9 @@ from .origin import Origin
 from .transfer import DeltaKey, Transfer, TransferKey, TransferStatus, key_label, key_version
 from .verify import CheckFailed, HashedFile, check_file, verify_download
 from .version_policy import Action, decide, next_sequence
+
+if TYPE_CHECKING:
+    from .peer_access import PeerAccess
 
 log = logging.getLogger("bloomswarm.agent")
 T = TypeVar("T")
@@ -187,8 +192,10 @@ class AgentDaemon:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         background_polls: bool = False,
+        peer_access: PeerAccess | None = None,
     ) -> None:
         self.config = config
+        self.peer_access = peer_access
         self.data_dir = Path(config.data_dir)
         self.layout = DataDir(self.data_dir)
         self.source = source
@@ -527,6 +534,11 @@ class AgentDaemon:
         if is_installed(self.data_dir, version):
             self._reinstate(target, now)
             return
+        if self.config.swarm.require_private and not manifest.private:
+            self.metrics.refusals.labels("not_private").inc()
+            self._fail(target, now, "download_refused", "the version is not private (its manifest "
+                       "names no swarm CA) and swarm.require_private is set", reason="not_private")
+            return
         if target.delta is not None and self._begin_delta(target, target.delta, now):
             return
         staging = self.layout.staging_dir(version)
@@ -749,7 +761,7 @@ class AgentDaemon:
             if entry is None or torrent is None or not self.layout.filter_file(base).is_file():
                 continue
             try:
-                check_delta_torrent(entry, torrent)
+                check_delta_torrent(entry, torrent, announcement.manifest.swarm_ca_sha256)
             except DeltaFallback:
                 continue
             return DeltaPlan(entry=entry, version=version, torrent=torrent)
@@ -868,6 +880,10 @@ class AgentDaemon:
 
     def _observe(self) -> None:
         self._check_freshness()
+        access = self.peer_access
+        if access is not None:
+            states = access.certificates.states() if access.certificates is not None else []
+            self.metrics.observe_peer_access(access.refusals.totals, states)
         statuses = [s for k in self.transfer.versions() if (s := self.transfer.status(k)) is not None]
         downloading = self._target.key if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
@@ -904,6 +920,7 @@ class AgentDaemon:
             "last_sequence": self._last_sequence,
             "poll_in_flight_s": self._poll_in_flight(),
             "pointer": self._freshness.status(),
+            "peer_access": self._peer_access_status(),
             "last_swap": self._last_swap,
             "last_error": self._last_error,
             "last_error_at": self._last_error_at,
@@ -911,6 +928,14 @@ class AgentDaemon:
         }
         with self._status_lock:
             self._status = snapshot
+
+    def _peer_access_status(self) -> dict[str, Any] | None:
+        access = self.peer_access
+        if access is None:
+            return None
+        states = access.certificates.states() if access.certificates is not None else []
+        return {"refused_peers": dict(access.refusals.totals),
+                "certificates": [dataclasses.asdict(s) for s in states]}
 
     def status(self) -> dict[str, Any]:
         """The latest status snapshot (thread-safe; served as /status). Before the first

@@ -63,7 +63,7 @@ from .backoff import Backoff
 from .gc import installed_versions
 from .logfmt import log_event
 from .transfer import DeltaKey
-from .verify import CheckFailed, HashedFile, read_torrent
+from .verify import CheckFailed, HashedFile, check_swarm_ca, read_torrent
 
 log = logging.getLogger("bloomswarm.agent")
 
@@ -133,11 +133,13 @@ def choose_delta(manifest: Manifest, installed: list[int], current: int | None) 
     return None
 
 
-def check_delta_torrent(entry: DeltaEntry, torrent: bytes) -> None:
+def check_delta_torrent(entry: DeltaEntry, torrent: bytes, swarm_ca_sha256: str | None) -> None:
     """The torrent is the one ``entry`` signs for: its info-hashes, its one file's name
-    and size. DeltaFallback("delta_hash") otherwise."""
+    and size, and the swarm CA of its manifest (``swarm_ca_sha256``, None: public).
+    DeltaFallback("delta_hash") otherwise."""
     try:
         summary = read_torrent(torrent)
+        check_swarm_ca(swarm_ca_sha256, summary, "delta's torrent")
     except CheckFailed as exc:
         raise DeltaFallback("delta_hash", f"the delta's torrent: {exc}") from exc
     if (summary.info_hash_v1, summary.info_hash_v2) != (entry.info_hash_v1, entry.info_hash_v2):
@@ -171,7 +173,7 @@ def plan_delta(
     if entry is None:
         return None
     torrent = _fetch_torrent(entry, fetch, retry or TORRENT_RETRY)
-    check_delta_torrent(entry, torrent)
+    check_delta_torrent(entry, torrent, manifest.swarm_ca_sha256)
     return DeltaPlan(entry=entry, version=manifest.version, torrent=torrent)
 
 

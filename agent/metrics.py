@@ -55,14 +55,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from .transfer import TransferKey, TransferStatus, key_version
+
+if TYPE_CHECKING:
+    from .certificates import CertificateState
 
 PREFIX = "bloomswarm_agent_"
 SWAP_LATENCY_BUCKETS = (0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
@@ -165,7 +168,22 @@ class AgentMetrics:
             ["reason"],
             registry=r,
         )
+        self.refused_peers = Counter(
+            PREFIX + "refused_peers",
+            "Peers refused: outside the allowed networks (address), or failing a private "
+            "version's TLS handshake (tls_handshake, plaintext)",
+            ["reason"],
+            registry=r,
+        )
+        self.certificate_expiry = Gauge(
+            PREFIX + "certificate_expiry_seconds",
+            "Seconds until this agent's certificate for private versions expires "
+            "(negative once expired), by certificate file",
+            ["certificate"],
+            registry=r,
+        )
         self._seen: dict[TransferKey, TransferStatus] = {}
+        self._refused_seen: dict[str, int] = {}
         self._lock = threading.Lock()
         self._ready = False
 
@@ -244,6 +262,19 @@ class AgentMetrics:
         progress = next((s.progress for s in statuses if s.key == downloading), 0.0)
         self.download_version.set(key_version(downloading) if downloading is not None else 0)
         self.download_progress.set(progress if downloading is not None else 0.0)
+
+    def observe_peer_access(self, refused: Mapping[str, int],
+                            certificates: Iterable[CertificateState]) -> None:
+        """Count the refusals since the last call (``refused``: totals by reason) and set
+        each certificate's seconds left."""
+        with self._lock:
+            for reason, total in refused.items():
+                new = total - self._refused_seen.get(reason, 0)
+                if new > 0:
+                    self.refused_peers.labels(reason).inc(new)
+                self._refused_seen[reason] = total
+        for state in certificates:
+            self.certificate_expiry.labels(state.certificate).set(state.expires_in_s)
 
     def samples(self) -> dict[str, float]:
         """Every sample as ``name{label="value"}`` -> value (for /status and the CLI)."""

@@ -5,7 +5,9 @@ address (IPv4 and IPv6) is put into the global peer class with ``set_peer_class_
 so ``upload_rate_limit`` and ``download_rate_limit`` hold on a data-centre LAN and on
 loopback. When ``origin_rate_limit`` or ``origin_download_priority`` asks for it, a second
 peer class ("origin") is given to the origin's addresses: the address in the URL, or
-those its host name resolves to. Host names are resolved in a background thread (never
+those its host name resolves to. With an allow-list (``allowed_peer_networks``) those
+addresses are also passed on, to be let through the session's ``ip_filter``
+(agent/peer_access.py). Host names are resolved in a background thread (never
 on the caller's), again every :data:`RESOLVE_TTL_S`; the web seed is added only once its
 addresses are in the class. The class caps the web seed at ``origin_rate_limit`` and gives
 it ``origin_download_priority`` times a peer's share of a capped, full download link.
@@ -39,9 +41,14 @@ class OriginPeerClass:
     thread. ``clock`` is monotonic seconds.
     """
 
-    def __init__(self, session: lt.session, config: SwarmConfig, clock: Callable[[], float]) -> None:
+    def __init__(self, session: lt.session, config: SwarmConfig, clock: Callable[[], float],
+                 *, on_addresses: Callable[[frozenset[str]], None] | None = None) -> None:
         self._session = session
         self._clock = clock
+        self._on_addresses = on_addresses
+        self._tracking = on_addresses is not None and bool(config.allowed_peer_networks)
+        """Whether the origin's addresses are needed besides its class: the allow-list
+        must let the web seed through (``on_addresses`` is told every change)."""
         self._class: int | None = None
         self._ips: set[str] = set()
         self._resolved: dict[str, float] = {}
@@ -57,9 +64,10 @@ class OriginPeerClass:
         self._apply_filter()
 
     def addresses_ready(self, url: str, now: float) -> bool:
-        """With an origin class, whether the URL's addresses are in it (a host name is
-        resolved in the background first: False until then). Always True without one."""
-        if self._class is None:
+        """With an origin class (or an allow-list), whether the URL's addresses are in it (a
+        host name is resolved in the background first: False until then). Always True
+        without either."""
+        if self._class is None and not self._tracking:
             return True
         host, port = _url_host_port(url)
         ip = _ip_literal(host)
@@ -111,6 +119,8 @@ class OriginPeerClass:
             for ip in sorted(self._ips):
                 rules.add_rule(ip, ip, global_class | (1 << self._class))
         self._session.set_peer_class_filter(rules)
+        if self._tracking and self._on_addresses is not None:
+            self._on_addresses(frozenset(self._ips))
 
 
 def _ip_literal(host: str) -> str | None:

@@ -14,10 +14,29 @@ from .config import SwarmConfig
 KIB = 1024
 
 
+def with_tls_listeners(listen_interfaces: str) -> str:
+    """``listen_interfaces`` with a TLS listener (libtorrent's ``s`` suffix) beside each
+    plain one that has none, on the next port (port 0 stays 0: any free port). Private
+    versions' peers connect to it; the plain port keeps the DHT and public versions."""
+    entries = [e.strip() for e in listen_interfaces.split(",") if e.strip()]
+    if any(e.endswith("s") for e in entries):
+        return ",".join(entries)  # the operator chose the TLS listeners
+    added = []
+    for entry in entries:
+        address, _, port = entry.rpartition(":")
+        if not port.isdigit():
+            continue  # not address:port; libtorrent reports it
+        tls_port = 0 if int(port) == 0 else int(port) + 1
+        added.append(f"{address}:{tls_port}s")
+    return ",".join(entries + added)
+
+
 def session_settings(config: SwarmConfig) -> lt.settings_pack:
     """The libtorrent ``settings_pack`` for ``config`` (exposed for tests and docs)."""
+    guarded = bool(config.certificate_dirs or config.allowed_peer_networks)
     return {
-        "listen_interfaces": config.listen_interfaces,
+        "listen_interfaces": (with_tls_listeners(config.listen_interfaces) if config.certificate_dirs
+                              else config.listen_interfaces),
         "user_agent": config.user_agent,
         # A data centre: TCP only, big send buffers, many connections per address.
         "enable_outgoing_utp": False,
@@ -57,6 +76,11 @@ def session_settings(config: SwarmConfig) -> lt.settings_pack:
             | lt.alert_category.storage
             | lt.alert_category.tracker
             | lt.alert_category.dht_operation
+            # Refused peers (agent/peer_access.py), only when something refuses them.
+            | (lt.alert_category.peer | lt.alert_category.connect | lt.alert_category.ip_block
+               if guarded else 0)
         ),
+        # The allow-list is for peers: trackers are configured, not discovered.
+        "apply_ip_filter_to_trackers": False,
         "alert_queue_size": config.alert_queue_size,
     }

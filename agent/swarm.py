@@ -43,11 +43,14 @@ from types import TracebackType
 
 import libtorrent as lt
 
-from bloomswarm.common.errors import FormatError
+from bloomswarm.common.errors import CertificateError, FormatError
+from bloomswarm.common.tls_identity import TlsIdentity, ca_fingerprint
 
+from .certificates import CertificateStore
 from .config import SwarmConfig
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
+from .peer_access import RefusalLog, make_ip_filter, refusal_reason
 from .session_settings import session_settings
 from .swarm_torrent import CHECKING, NO_ORIGIN, FactoryLink, SwarmTorrent, endpoint, is_web_seed
 from .transfer import OriginURLFactory, TransferKey, TransferStatus, key_label, key_order, same_file
@@ -78,6 +81,13 @@ class Swarm:
         self.config = config or SwarmConfig()
         self._clock = clock
         self._rng = rng or random.Random()
+        self.certificates = (CertificateStore(self.config.certificate_dirs, clock=clock)
+                             if self.config.certificate_dirs else None)
+        """This agent's certificates for private versions (None: it joins public swarms
+        only). Loaded before the session starts: CertificateError stops the agent."""
+        self.refusals = RefusalLog()
+        """Peers refused (outside the allowed networks, or failing a private version's TLS
+        handshake), counted by reason."""
         self.peer_id = _new_peer_id(self._rng)
         """This session's peer id (every torrent's): peers rank it for the origin's turns."""
         settings = session_settings(self.config)
@@ -93,7 +103,8 @@ class Swarm:
         + incomplete) the trackers reported for a complete torrent at the last poll (the
         current poll's count goes to ``_swarm_size_now``); 0: unknown."""
         self._swarm_size_now = 0
-        self._peer_class = OriginPeerClass(self._ses, self.config, clock)
+        self._peer_class = OriginPeerClass(self._ses, self.config, clock,
+                                           on_addresses=self._allow_origin)
 
     # --- Transfer ---------------------------------------------------------------------------
 
@@ -108,8 +119,10 @@ class Swarm:
     ) -> None:
         """Begin fetching ``key`` into ``save_dir`` (see the protocol).
 
-        Raises FormatError when ``torrent`` is not a valid torrent, and ValueError when the
-        same torrent is already in the session under another version. A version already
+        Raises FormatError when ``torrent`` is not a valid torrent, ValueError when the
+        same torrent is already in the session under another version, and
+        CertificateError for a private version whose CA issued no certificate of this
+        agent (``swarm.certificate_dirs``). A version already
         present is replaced. Resume data of another torrent, or unreadable resume data, is
         ignored with a warning (the files on disk are then checked instead). Existing
         data in ``save_dir`` is checked and kept; only missing pieces are fetched.
@@ -215,6 +228,9 @@ class Swarm:
         """
         self._drain_alerts()
         self._peer_class.collect()
+        if self.certificates is not None and self.certificates.refresh():
+            for record in self._torrents.values():
+                self._present_certificate(record.handle, record.info)
         now = self._clock()
         records = list(self._torrents.values())
         if all(r.complete and r.policy.attached is None for r in records):
@@ -294,6 +310,10 @@ class Swarm:
     def listen_port(self) -> int:
         """The TCP (and DHT UDP) port the session listens on."""
         return int(self._ses.listen_port())
+
+    def ssl_listen_port(self) -> int:
+        """The TLS port private versions' peers connect to (0: none, no certificates)."""
+        return int(self._ses.ssl_listen_port())
 
     def connect(self, key: TransferKey, peer: tuple[str, int]) -> None:
         """Connect ``key``'s torrent to the peer at ``peer`` (an address known beside the
@@ -387,6 +407,7 @@ class Swarm:
     ) -> None:
         if self._session is None:
             raise RuntimeError("the swarm is closed")
+        self._identity_for(info)  # a private version this agent cannot join: before any change
         hashes = str(info.info_hashes().v1), str(info.info_hashes().v2)
         for other in self._torrents.values():
             other_hashes = str(other.info.info_hashes().v1), str(other.info.info_hashes().v2)
@@ -442,7 +463,8 @@ class Swarm:
                     *, web_seed: str | None) -> lt.torrent_handle:
         """Add ``info`` to the session with the configured trackers only, and no web seed
         but ``web_seed`` (one written into the torrent is unsigned, one remembered by resume
-        data may have expired). RuntimeError when libtorrent refuses it."""
+        data may have expired), and for a private version the certificate of its CA.
+        RuntimeError when libtorrent refuses it, CertificateError without a certificate."""
         params.ti = info
         params.save_path = str(save_dir)
         params.flags &= ~lt.torrent_flags.auto_managed
@@ -454,7 +476,10 @@ class Swarm:
             params.tracker_tiers = list(params.tracker_tiers) + [0] * len(trackers)
         params.url_seeds = [] if web_seed is None else [web_seed]
         params.http_seeds = []
+        identity = self._identity_for(info)
         handle = self._ses.add_torrent(params)
+        if identity is not None:
+            _set_certificate(handle, identity)
         if not self.config.torrent_trackers:  # keep only the configured trackers
             handle.replace_trackers([lt.announce_entry(url) for url in trackers])
         for url in handle.url_seeds():
@@ -462,6 +487,33 @@ class Swarm:
                 handle.remove_url_seed(url)
         handle.resume()
         return handle
+
+    def _identity_for(self, info: lt.torrent_info) -> TlsIdentity | None:
+        """The certificate to present in ``info``'s swarm: None for a public torrent;
+        CertificateError for a private one whose CA issued none of this agent's."""
+        ca = str(info.ssl_cert())
+        if not ca:
+            return None
+        identity = self.certificates.for_ca(ca.encode("ascii")) if self.certificates else None
+        if identity is None:
+            held = "none configured (swarm.certificate_dirs)" if self.certificates is None else \
+                ", ".join(i.subject for i in self.certificates.identities)
+            raise CertificateError(f"a private version of CA {ca_fingerprint(ca)[:16]}..., and "
+                                   f"no certificate of this agent is from that CA (held: {held})")
+        return identity
+
+    def _present_certificate(self, handle: lt.torrent_handle, info: lt.torrent_info) -> None:
+        """Give a private torrent the (reloaded) certificate of its CA."""
+        with contextlib.suppress(RuntimeError, CertificateError):
+            identity = self._identity_for(info)
+            if identity is not None:
+                _set_certificate(handle, identity)
+
+    def _allow_origin(self, addresses: frozenset[str]) -> None:
+        """With an allow-list, the session's ip_filter: the allowed networks and the
+        origin's ``addresses`` (libtorrent filters web seeds too)."""
+        if self.config.allowed_peer_networks:
+            self._ses.set_ip_filter(make_ip_filter(self.config.allowed_peer_networks, addresses))
 
     def _attach_at_once(self, record: SwarmTorrent, url: str) -> None:
         """Add the web seed on ``url`` to a download that holds nothing yet, so that it
@@ -483,7 +535,7 @@ class Swarm:
         self._resume.pop(old, None)
         try:
             handle = self._add_handle(record.info, params, record.save_dir, web_seed=url)
-        except RuntimeError as exc:
+        except (RuntimeError, CertificateError) as exc:
             record.error = f"libtorrent refused the torrent again with its web seed: {exc}"
             log.error("%s: %s", record.label, record.error)
             return
@@ -534,6 +586,11 @@ class Swarm:
                                 "swarm.alert_queue_size): hash failures may be undercounted")
             elif isinstance(alert, (lt.tracker_error_alert, lt.listen_failed_alert)):
                 log.warning("%s", alert.message())
+            elif (reason := refusal_reason(alert)) is not None:
+                count = self.refusals.record(reason, self._clock())
+                if count is not None:
+                    log.warning("refused %d peer(s) (%s) in the last %.0f s, e.g. %s", count, reason,
+                                self.refusals.interval_s, alert.message())
             elif debug:
                 log.debug("%s: %s", type(alert).__name__, alert.message())
 
@@ -646,7 +703,31 @@ class Swarm:
             # agent that started before its DHT had any node would wait for it.
             info_hash = record.info.info_hashes().v1
             self._ses.dht_get_peers(info_hash)
-            self._ses.dht_announce(info_hash, self.listen_port(), 0)
+            if record.info.ssl_cert():  # announced with the TLS port and the SSL flag
+                record.handle.force_dht_announce()
+            else:
+                self._ses.dht_announce(info_hash, self.listen_port(), 0)
+
+
+def _set_certificate(handle: lt.torrent_handle, identity: TlsIdentity) -> None:
+    """Present ``identity`` in ``handle``'s swarm. libtorrent always loads Diffie-Hellman
+    parameters with the certificate (an error alert without them): the standard group
+    :data:`FFDHE2048_PEM` (the keys are EC, so handshakes use ECDHE anyway)."""
+    handle.set_ssl_certificate_buffer(identity.certificate_pem.decode("ascii"),
+                                      identity.key_pem.decode("ascii"), FFDHE2048_PEM)
+
+
+FFDHE2048_PEM = """-----BEGIN DH PARAMETERS-----
+MIIBCAKCAQEA//////////+t+FRYortKmq/cViAnPTzx2LnFg84tNpWp4TZBFGQz
++8yTnc4kmz75fS/jY2MMddj2gbICrsRhetPfHtXV/WVhJDP1H18GbtCFY2VVPe0a
+87VXE15/V8k1mE8McODmi3fipona8+/och3xWKE2rec1MKzKT0g6eXq8CrGCsyT7
+YdEIqUuyyOP7uWrat2DX9GgdT0Kj3jlN9K5W7edjcrsZCwenyO4KbXCeAvzhzffi
+7MA0BM0oNC9hkXL+nOmFg/+OTxIy7vKBg8P+OxtMb61zO7X8vC7CIAXFjvGDfRaD
+ssbzSibBsu/6iGtCOGEoXJf//////////wIBAg==
+-----END DH PARAMETERS-----
+"""
+"""RFC 7919's ffdhe2048 group (``openssl genpkey -genparam -algorithm DH -pkeyopt
+dh_param:ffdhe2048``): public, standard parameters, nothing secret."""
 
 
 def _new_peer_id(rng: random.Random) -> bytes:

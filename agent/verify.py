@@ -5,7 +5,8 @@ In order, cheapest first; the first failure raises :class:`CheckFailed` naming t
 
 ==============  ==============================================================================
 ``torrent``     the .torrent parses and holds exactly one file, named ``filter.bsf``, of the
-                manifest's size and piece size
+                manifest's size and piece size, and carries the swarm CA the manifest names
+                (none for a public version)
 ``info_hash``   the torrent's v1 and v2 info-hashes equal the manifest's (the manifest is
                 signed; the torrent is not, so this ties the piece hashes to the signature).
                 A v1 torrent has no v2 info-hash, and then neither may the manifest: a
@@ -37,6 +38,7 @@ from bloomswarm.common.errors import CheckFailed, FormatError
 from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.header import FilterHeader, read_header
 from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.tls_identity import ca_fingerprint
 
 from .transfer import TransferStatus
 
@@ -52,6 +54,9 @@ class TorrentSummary:
     file_name: str
     total_size: int
     piece_size: int
+    ca_sha256: str | None = None
+    """SHA-256 of the CA certificate an SSL torrent carries (lower-case hex); None for an
+    ordinary torrent."""
 
 
 def read_torrent(torrent: bytes) -> TorrentSummary:
@@ -61,8 +66,13 @@ def read_torrent(torrent: bytes) -> TorrentSummary:
         hashes = info.info_hashes()
         files = info.layout()
         names = [files.file_path(i) for i in range(files.num_files())]
+        root_cert = str(info.ssl_cert())
     except (RuntimeError, TypeError, ValueError) as exc:
         raise CheckFailed("torrent", f"not a valid torrent: {exc}") from exc
+    try:
+        ca_sha256 = ca_fingerprint(root_cert) if root_cert else None
+    except FormatError as exc:
+        raise CheckFailed("torrent", f"the torrent's CA certificate: {exc}") from exc
     if len(names) != 1:
         raise CheckFailed("torrent", f"the torrent holds {len(names)} files, expected one")
     return TorrentSummary(
@@ -71,7 +81,19 @@ def read_torrent(torrent: bytes) -> TorrentSummary:
         file_name=names[0],
         total_size=int(info.total_size()),
         piece_size=int(info.piece_length()),
+        ca_sha256=ca_sha256,
     )
+
+
+def check_swarm_ca(expected: str | None, summary: TorrentSummary, what: str = "torrent") -> None:
+    """CheckFailed("torrent") unless the torrent carries exactly the CA the signed manifest
+    names (``expected``; None: no CA, a public version)."""
+    if summary.ca_sha256 != expected:
+        raise CheckFailed(
+            "torrent",
+            f"the {what} carries swarm CA {summary.ca_sha256 or 'none'}, the manifest "
+            f"names {expected or 'none'}",
+        )
 
 
 def check_torrent(manifest: Manifest, torrent: bytes) -> TorrentSummary:
@@ -93,6 +115,7 @@ def check_torrent(manifest: Manifest, torrent: bytes) -> TorrentSummary:
             f"torrent info-hashes v1 {summary.info_hash_v1 or '-'} v2 {summary.info_hash_v2 or '-'} "
             f"differ from the manifest's v1 {manifest.info_hash_v1} v2 {manifest.info_hash_v2 or '-'}",
         )
+    check_swarm_ca(manifest.swarm_ca_sha256, summary)
     return summary
 
 

@@ -152,7 +152,10 @@ def run_agent(args: argparse.Namespace) -> int:
     source, origin = build_source(config, keys)
     metrics = AgentMetrics()
     transfer = build_transfer(config)
-    daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics, background_polls=True)
+    from bloomswarm.agent.swarm import Swarm
+
+    daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics, background_polls=True,
+                         peer_access=transfer if isinstance(transfer, Swarm) else None)
     server = StatusServer(metrics, daemon.status, config.status.host, config.status.port)
     try:
         url = server.start()

@@ -31,6 +31,9 @@ COMMAND_MODULES: dict[str, dict[str, str]] = {
     "agent_commands": {
         "agent": "the sidecar that fetches, verifies and swaps versions",
     },
+    "cert_commands": {
+        "certs": "make the fleet CA and agent certificates of private swarms, show a certificate",
+    },
 }
 """Module of ``bloomswarm`` -> {command: help line}, in the order ``--help`` lists them.
 ``demo`` is not here: its module imports nothing heavy, so it is always registered."""

@@ -18,6 +18,7 @@ at the boundary where they are raised, with ``raise ... from exc``.
      │    └── HTTPStatusError   an HTTP answer other than 200, 304 or 404 (``status``)
      ├── ConfigError            a configuration value or CLI argument is invalid
      │    ├── InsecureKeyFile   a private key file is open to group or others
+     │    ├── CertificateError  a TLS certificate or key is missing, malformed, mismatched or expired
      │    └── UsageError        a command line that does not parse (the CLI's exit code 2)
      ├── InputError             the publisher's input data cannot be read or parsed
      ├── NotReadyError          no filter version is installed yet
@@ -125,6 +126,12 @@ class InsecureKeyFile(ConfigError):
 
 def _insecure_key_file(path: str, mode: int, acl: bool) -> InsecureKeyFile:
     return InsecureKeyFile(path, mode, acl=acl)
+
+
+class CertificateError(ConfigError):
+    """A TLS certificate or key for a private swarm is unusable: missing or unreadable,
+    not PEM, a key that does not match its certificate, a certificate expired or not yet
+    valid (:mod:`bloomswarm.common.tls_identity`). The message is one line naming the file."""
 
 
 class UsageError(ConfigError):

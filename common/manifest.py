@@ -140,6 +140,12 @@ class Manifest:
     deltas: tuple[DeltaEntry, ...] = ()
     """Deltas from older versions to this one, at most one per base version; omitted
     from the JSON when empty."""
+    swarm_ca_sha256: str | None = None
+    """A private version: SHA-256 (lower-case hex) of the DER of the fleet CA certificate
+    that its torrents (the file's and every delta's) carry, so that only peers with a
+    certificate from that CA may join their swarms (docs/private-swarm.md). None for a
+    public version, whose manifest has no such field. Signed with the rest, so the CA
+    cannot be stripped from a torrent or swapped unnoticed."""
     schema: int = SCHEMA_VERSION
     """Document schema; only 1 exists."""
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -165,6 +171,8 @@ class Manifest:
         check_key(self.filter_key, "manifest filter_key")
         check_key(self.torrent_key, "manifest torrent_key")
         check_hex(self.body_sha256, 64, "manifest body_sha256")
+        if self.swarm_ca_sha256 is not None:
+            check_hex(self.swarm_ca_sha256, 64, "manifest swarm_ca_sha256")
         self._check_deltas()
         object.__setattr__(self, "extra", check_extra(self.extra, _MANIFEST_FIELDS, "manifest"))
         self.to_bytes()  # FormatError for anything JSON cannot carry exactly
@@ -194,8 +202,9 @@ class Manifest:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, ``extra`` merged in; no ``info_hash_v2`` for a v1 torrent."""
         obj = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        if obj["info_hash_v2"] is None:
-            del obj["info_hash_v2"]
+        for optional in ("info_hash_v2", "swarm_ca_sha256"):
+            if obj[optional] is None:
+                del obj[optional]
         obj["filter"] = self.filter.to_dict()
         if self.deltas:
             obj["deltas"] = [d.to_dict() for d in self.deltas]
@@ -218,8 +227,9 @@ class Manifest:
         """Validate a parsed JSON object; FormatError on anything malformed."""
         r = Fields(obj, "manifest")
         check_schema(r.value("schema"), "manifest")  # first: another schema may lack fields
-        if "info_hash_v2" in obj and obj["info_hash_v2"] is None:  # null is not "absent"
-            check_hex(None, 64, "manifest info_hash_v2")
+        for optional in ("info_hash_v2", "swarm_ca_sha256"):
+            if optional in obj and obj[optional] is None:  # null is not "absent"
+                check_hex(None, 64, f"manifest {optional}")
         return cls(
             schema=r.value("schema"),
             version=r.value("version"),
@@ -240,8 +250,14 @@ class Manifest:
                 if "deltas" in obj
                 else ()
             ),
+            swarm_ca_sha256=r.value("swarm_ca_sha256") if "swarm_ca_sha256" in obj else None,
             extra=r.rest(),
         )
+
+    @property
+    def private(self) -> bool:
+        """Whether only holders of a certificate from the fleet CA may join its swarms."""
+        return self.swarm_ca_sha256 is not None
 
     def header_mismatches(self, header: FilterHeader) -> list[str]:
         """Describe each way ``header`` disagrees with this manifest; empty when they agree."""

@@ -188,6 +188,11 @@ class PublisherConfig:
     v1+v2, pieces also hashed with SHA-256, two info-hashes, not readable by some clients
     (Debian's aria2 1.36). Agents check the whole file's signed SHA-256 either way;
     docs/publishing.md weighs the two."""
+    swarm_ca: Path | None = None
+    """Private versions: the fleet CA certificate (PEM). Every torrent (the file's and the
+    deltas') carries it, so that only agents with a certificate from this CA can join
+    the swarm, and the manifest records its fingerprint (docs/private-swarm.md). None:
+    public versions."""
     work_dir: Path | None = None
     """Where the filter file is written before upload; None uses the system temp dir."""
     watch_debounce_s: float = 5.0

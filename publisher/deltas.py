@@ -55,6 +55,7 @@ def make_deltas(
     work_dir: Path,
     bases: Sequence[Manifest],
     progress: bool,
+    root_cert: str | None = None,
 ) -> tuple[DeltaEntry, ...]:
     """Make, upload and describe the deltas from ``bases`` to the file ``target`` of
     ``version`` (written, not yet claimed); returns the entries, newest base first.
@@ -92,7 +93,7 @@ def make_deltas(
             out.unlink()
             continue
         entries.append(_upload_delta(store, config, out, version=version, attempt=attempt,
-                                     base=base.version, progress=progress))
+                                     base=base.version, root_cert=root_cert, progress=progress))
         log.info("v%d: delta from v%d: %s bytes, %.2f%% of the file",
                  version, base.version, f"{size:,}", 100 * share)
         out.unlink()
@@ -107,10 +108,12 @@ def _upload_delta(
     version: int,
     attempt: str,
     base: int,
+    root_cert: str | None,
     progress: bool,
 ) -> DeltaEntry:
     torrent = make_torrent(path, trackers=config.trackers, piece_size=config.piece_size,
-                           torrent_format=config.torrent_format, progress=progress)
+                           torrent_format=config.torrent_format, root_cert=root_cert,
+                           progress=progress)
     key, torrent_file_key = delta_key(version, attempt, base), delta_torrent_key(version, attempt, base)
     store.upload_file(key, path)
     store.put(torrent_file_key, torrent.data, content_type="application/x-bittorrent")

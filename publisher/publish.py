@@ -65,7 +65,7 @@ from .deltas import choose_bases, make_deltas, remember_version
 from .latest import Decide, Target, swap_latest
 from .progress import Progress
 from .sizing_policy import SizingAction
-from .torrent import make_torrent
+from .torrent import SwarmCA, load_swarm_ca, make_torrent
 from .versions import newest_manifests, read_latest, read_manifest, scan_versions
 
 log = logging.getLogger("bloomswarm.publish")
@@ -134,11 +134,13 @@ def publish_filter(
     :data:`MAX_CLAIM_ATTEMPTS` version numbers was taken by other publishers, and the
     store's errors (StorageError, ObjectNotFound for a missing bucket) as they come.
     """
+    swarm_ca = load_swarm_ca(config.swarm_ca)
     latest = read_latest(store)
     folders = scan_versions(store)
     if latest is not None and not force:
         previous = _manifest_or_none(store, latest.pointer.version)
-        if previous is not None and same_filter(previous, builder.header()):
+        if (previous is not None and same_filter(previous, builder.header())
+                and previous.swarm_ca_sha256 == (swarm_ca.sha256 if swarm_ca else None)):
             return PublishResult("unchanged", previous.version, previous, latest.pointer)
     claimed = [n for n, folder in folders.items() if folder.claimed]
     version = max([latest.pointer.version if latest else 0, *claimed]) + 1
@@ -164,7 +166,7 @@ def publish_filter(
             manifest = _upload_attempt(
                 store, builder, version, config=config, created_at=created_at, path=path,
                 source_fingerprint=source_fingerprint, progress=progress, now=now,
-                bases=bases,
+                bases=bases, swarm_ca=swarm_ca,
             )
             if _claim(store, manifest, signing_key):
                 remember_version(config.deltas, manifest, path)
@@ -222,6 +224,7 @@ def _upload_attempt(
     progress: bool,
     now: Callable[[], float],
     bases: list[Manifest],
+    swarm_ca: SwarmCA | None,
 ) -> Manifest:
     """Write the file for ``version``, make its torrent, upload both into a fresh attempt
     folder, then the deltas from ``bases``; return the (unsigned, unstored) manifest
@@ -229,8 +232,10 @@ def _upload_attempt(
     header = builder.write(path, version=version, created_at=created_at)
     digest = hashlib.sha256(header.pack())
     digest.update(builder.body)
+    root_cert = swarm_ca.pem if swarm_ca is not None else None
     torrent = make_torrent(path, trackers=config.trackers, piece_size=config.piece_size,
-                           torrent_format=config.torrent_format, progress=progress)
+                           torrent_format=config.torrent_format, root_cert=root_cert,
+                           progress=progress)
     attempt = new_attempt_id(now())
     file_key, torrent_file_key = filter_key(version, attempt), torrent_key(version, attempt)
     with Progress(f"uploading v{version}", total=header.file_size, unit="bytes",
@@ -238,7 +243,8 @@ def _upload_attempt(
         store.upload_file(file_key, path, progress=bar.advance)
     store.put(torrent_file_key, torrent.data, content_type="application/x-bittorrent")
     deltas = make_deltas(store, config, path, version=version, attempt=attempt,
-                         work_dir=path.parent, bases=bases, progress=progress)
+                         work_dir=path.parent, bases=bases, root_cert=root_cert,
+                         progress=progress)
     return Manifest(
         version=version,
         size=header.file_size,
@@ -254,6 +260,7 @@ def _upload_attempt(
         torrent_key=torrent_file_key,
         body_sha256=header.body_sha256.hex(),
         deltas=deltas,
+        swarm_ca_sha256=swarm_ca.sha256 if swarm_ca is not None else None,
     )
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import libtorrent as lt
 
+from bloomswarm.common.errors import ConfigError, FormatError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 
 from .config import TorrentFormat
@@ -58,6 +59,33 @@ class TorrentFile:
     """Bytes per piece."""
 
 
+@dataclass(frozen=True)
+class SwarmCA:
+    """The fleet CA that makes a version private: its certificate goes into every torrent
+    of the version, its fingerprint into the manifest."""
+
+    pem: str
+    """The CA certificate, PEM."""
+    sha256: str
+    """SHA-256 of its DER, lower-case hex (the manifest's ``swarm_ca_sha256``)."""
+
+
+def load_swarm_ca(path: Path | None) -> SwarmCA | None:
+    """The CA certificate at ``path`` (None: public versions). ConfigError, one line, when
+    the file cannot be read or is not a CA certificate."""
+    if path is None:
+        return None
+    from bloomswarm.common.tls_identity import ca_fingerprint, check_ca
+
+    try:
+        pem = path.read_bytes()
+        check_ca(pem)
+        return SwarmCA(pem=pem.decode("ascii"), sha256=ca_fingerprint(pem))
+    except (OSError, FormatError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"swarm_ca {path}: {reason}") from exc
+
+
 def choose_piece_size(file_size: int) -> int:
     """The smallest power of two in [256 KiB, 16 MiB] that cuts ``file_size`` bytes into at
     most 2048 pieces: 1024–2048 pieces from 256 MiB to 32 GiB, fewer below, more above."""
@@ -82,11 +110,14 @@ def make_torrent(
     trackers: Sequence[str] = (),
     piece_size: int | None = None,
     torrent_format: TorrentFormat = "v1",
+    root_cert: str | None = None,
     progress: bool = True,
 ) -> TorrentFile:
     """Hash the file at ``path`` into a torrent of ``torrent_format`` named after the file.
 
-    ``piece_size`` None picks one with :func:`choose_piece_size`. Reading the file is
+    ``piece_size`` None picks one with :func:`choose_piece_size`. ``root_cert`` (a CA
+    certificate, PEM) makes an SSL torrent: only peers with a certificate from that CA
+    may join its swarm. Reading the file is
     reported as progress (pieces hashed). Raises OSError when the file cannot be read,
     ValueError for an unknown format or a bad piece size.
     """
@@ -104,6 +135,8 @@ def make_torrent(
     for url in trackers:
         creator.add_tracker(url, 0)
     creator.set_creator(CREATOR)
+    if root_cert is not None:
+        creator.set_root_cert(root_cert)
     with Progress(f"hashing {path.name}", total=creator.num_pieces(), unit="pieces",
                   enabled=progress) as bar:
         try:

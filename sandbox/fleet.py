@@ -20,6 +20,7 @@ The demo, the swarm and soak benchmarks and the functional tests drive a fleet w
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import shutil
 import signal
@@ -39,6 +40,7 @@ from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config, S3ObjectStore
+from bloomswarm.common.tls_identity import issue_certificate, make_ca
 from bloomswarm.publisher.config import DeltaConfig, PublisherConfig, TorrentFormat
 from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.pinning import pin
@@ -59,6 +61,10 @@ PUBLISHER_ID = "sandbox-publisher"
 PORT_RETRIES = 3
 """Times an agent whose port was taken before it could bind it is started again."""
 _PORT_TAKEN = "Address already in use"
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,9 @@ class FleetSpec:
     """Extra ``[swarm]`` settings for every agent (override the fleet's)."""
     agent_tables: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """Extra settings per config table for every agent, e.g. ``{"watch": {...}}``."""
+    private: bool = False
+    """A private swarm: the fleet makes a CA (``root/pki``), the publisher puts it into
+    every torrent, and each agent gets a certificate from it and ``require_private``."""
 
     def __post_init__(self) -> None:
         if self.agents < 0:
@@ -239,6 +248,8 @@ class LocalFleet(Service):
                                 connection_rate=spec.origin_connection_rate,
                                 fault_rate=spec.origin_fault_rate, cache_files=spec.origin_cache_files,
                                 host=ORIGIN_HOST).start()
+            if self.spec.private:
+                self._make_ca()
             if self.signing_key is None:
                 self.signing_key = parse_private_key(generate_keypair()[0])
             self.public_key_path.write_bytes(self.signing_key.key.public_key().public_bytes(
@@ -311,6 +322,8 @@ class LocalFleet(Service):
         else:
             swarm.update(trackers=[], enable_dht=True, dht_restrict_ips=False,
                          dht_bootstrap_nodes=[] if index == 0 else [f"127.0.0.1:{self._bootstrap_port}"])
+        if spec.private:
+            swarm.update(certificate_dirs=[str(self._agent_identity(index))], require_private=True)
         swarm.update(spec.swarm)
         tables: dict[str, dict[str, object]] = {
             "swarm": swarm,
@@ -322,6 +335,32 @@ class LocalFleet(Service):
         for table, values in spec.agent_tables.items():
             tables.setdefault(table, {}).update(values)
         return tables
+
+    @property
+    def ca_certificate(self) -> Path:
+        """The private fleet's CA certificate (``FleetSpec.private``)."""
+        return self.root / "pki" / "ca.crt"
+
+    def _make_ca(self) -> None:
+        cert, key = make_ca("bloomswarm local fleet CA", days=30, now=_utc_now())
+        pki = self.ca_certificate.parent
+        pki.mkdir(parents=True, exist_ok=True)
+        self.ca_certificate.write_bytes(cert)
+        (pki / "ca.key").write_bytes(key)
+        (pki / "ca.key").chmod(0o600)
+
+    def _agent_identity(self, index: int) -> Path:
+        """Agent ``index``'s certificate directory (tls.crt, tls.key), made on first use."""
+        directory = self.root / "pki" / f"agent{index}"
+        if not (directory / "tls.crt").is_file():
+            pki = self.ca_certificate.parent
+            cert, key = issue_certificate(self.ca_certificate.read_bytes(), (pki / "ca.key").read_bytes(),
+                                          name=f"agent{index}", days=29, now=_utc_now())
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / "tls.key").write_bytes(key)
+            (directory / "tls.key").chmod(0o600)
+            (directory / "tls.crt").write_bytes(cert)
+        return directory
 
     def add_agent(self, index: int | None = None, *, name: str | None = None,
                   tables: Mapping[str, Mapping[str, object]] | None = None) -> AgentProcess:
@@ -418,7 +457,8 @@ class LocalFleet(Service):
         keep = self.spec.publisher_keep_versions or max(self.spec.keep_versions, 2)
         return PublisherConfig(s3=self.s3, publisher_id=PUBLISHER_ID, trackers=trackers,
                                piece_size=self.spec.piece_size, torrent_format=self.spec.torrent_format,
-                               keep_versions=keep, work_dir=self.root, deltas=deltas or DeltaConfig())
+                               keep_versions=keep, work_dir=self.root, deltas=deltas or DeltaConfig(),
+                               swarm_ca=self.ca_certificate if self.spec.private else None)
 
     def publish(self, builder: FilterBuilder, *, progress: bool = False,
                 deltas: DeltaConfig | None = None) -> Published:

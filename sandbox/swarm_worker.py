@@ -5,7 +5,8 @@ Run as ``python -m bloomswarm.sandbox.swarm_worker SPEC_JSON``. The process buil
 :class:`~bloomswarm.agent.swarm.Swarm` from the spec, starts one version (download, or
 seed an existing file), polls it, and writes one JSON object per line on stdout:
 
-- ``{"event": "ready", "port": P}`` once the session listens;
+- ``{"event": "ready", "port": P, "ssl_port": S}`` once the session listens (S: the TLS
+  port of private versions, 0 without certificates);
 - ``{"event": "status", ...}`` every ``report_interval`` seconds and at once when the
   download finishes (the fields of ``TransferStatus`` plus ``origin_in_use``, ``t``);
 - ``{"event": "resume_saved", "path": ..., "bytes": N}`` after each save of resume data;
@@ -15,8 +16,12 @@ It keeps seeding until it reads ``stop`` on stdin (or stdin closes). ``save`` on
 saves resume data to ``resume_out`` at once. Logs go to stderr.
 
 Spec keys: ``swarm`` (SwarmConfig fields), ``version``, ``torrent`` (path of the
-.torrent), ``dir``, ``mode`` ("download", "seed" or "evil-seed": a raw session that
-claims every piece of a file without hashing it, to serve corrupt data), ``origin_url``
+.torrent), ``dir``, ``mode`` ("download", "seed", "evil-seed": a raw session that
+claims every piece of a file without hashing it, to serve corrupt data, or "outsider": a
+raw session on ``address`` (default 127.0.0.1) that keeps trying to download from the
+``peers`` given, with the ``certificate`` and ``key`` files given if any), ``peers``
+(``[[address, port], ...]`` connected to every second until the download is done, besides
+the trackers), ``origin_url``
 (or null), ``origin_url_ttl`` (seconds, or null for a URL that does not expire),
 ``resume`` (a resume-data file to start from), ``resume_out`` and ``save_resume_every``
 (seconds), ``poll_interval``, ``report_interval``. ``SWARM_DEBUG=1`` in the environment
@@ -98,6 +103,44 @@ def _run_evil_seed(spec: Report) -> None:
     _emit({"event": "stopped"})
 
 
+def _run_outsider(spec: Report) -> None:
+    """A bare libtorrent session that tries to download ``torrent`` from the ``peers``
+    (``[[address, port], ...]``) again and again, presenting the ``certificate`` and
+    ``key`` files if given (any CA), and reports its own byte counter."""
+    import libtorrent as lt
+
+    address = str(spec.get("address", "127.0.0.1"))
+    session = lt.session({"listen_interfaces": f"{address}:0,{address}:0s",
+                          "outgoing_interfaces": address, "enable_dht": False,
+                          "enable_lsd": False, "enable_upnp": False, "enable_natpmp": False,
+                          "enable_outgoing_utp": False, "enable_incoming_utp": False,
+                          "allow_multiple_connections_per_ip": True})
+    params = lt.add_torrent_params()
+    params.ti = lt.torrent_info(Path(spec["torrent"]).read_bytes())
+    params.save_path = spec["dir"]
+    handle = session.add_torrent(params)
+    if spec.get("certificate"):
+        handle.set_ssl_certificate(spec["certificate"], spec["key"], "")
+    peers = [(str(address), int(port)) for address, port in spec.get("peers", [])]
+    _emit({"event": "ready", "port": int(session.listen_port()), "pid": os.getpid()})
+    commands = _stdin_commands()
+    attempts = 0
+    while True:
+        for peer in peers:
+            handle.connect_peer(peer)
+        attempts += 1
+        status = handle.status()
+        _emit({"event": "status", "total_payload_download": int(status.total_payload_download),
+               "total_download": int(status.total_download), "attempts": attempts,
+               "finished": bool(status.is_seeding)})
+        try:
+            if commands.get(timeout=0.5) == "stop":
+                break
+        except queue.Empty:
+            session.pop_alerts()
+    _emit({"event": "stopped"})
+
+
 def _run(spec: Report) -> None:
     from bloomswarm.agent.config import swarm_config
     from bloomswarm.agent.swarm import Swarm
@@ -114,7 +157,8 @@ def _run(spec: Report) -> None:
     started = time.monotonic()
 
     swarm = Swarm(config)
-    _emit({"event": "ready", "port": swarm.listen_port(), "pid": os.getpid()})
+    _emit({"event": "ready", "port": swarm.listen_port(), "ssl_port": swarm.ssl_listen_port(),
+           "pid": os.getpid()})
     if spec.get("mode", "download") == "seed":
         swarm.seed(version, torrent, directory)
     else:
@@ -150,17 +194,24 @@ def _run(spec: Report) -> None:
             return False
         fields = asdict(status)
         fields.update(event="status", origin_in_use=swarm.origin_in_use(version),
-                      t=time.monotonic() - started)
+                      t=time.monotonic() - started, refused=dict(swarm.refusals.totals))
         _emit(fields)
         return status.finished
 
     commands = _stdin_commands()
-    last_report = last_save = time.monotonic()
+    last_report = last_save = last_connect = time.monotonic()
+    peers = [(str(address), int(port)) for address, port in spec.get("peers", [])]
+    for peer in peers:
+        swarm.connect(version, peer)
     was_finished = False
     try:
         while True:
             swarm.poll()
             now = time.monotonic()
+            if peers and not was_finished and now - last_connect >= 1.0:
+                last_connect = now
+                for peer in peers:
+                    swarm.connect(version, peer)
             with contextlib.suppress(queue.Empty):
                 command = commands.get_nowait()
                 if command == "stop":
@@ -197,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if spec.get("mode") == "evil-seed":
         _run_evil_seed(spec)
+    elif spec.get("mode") == "outsider":
+        _run_outsider(spec)
     else:
         _run(spec)
     return 0
@@ -224,6 +277,7 @@ class WorkerProcess:
         self.cwd = cwd
         self.prefix = list(prefix)
         self.port = 0
+        self.ssl_port = 0
         self.latest: Report | None = None
         self.reports: list[Report] = []
         self._process: subprocess.Popen[bytes] | None = None
@@ -266,6 +320,7 @@ class WorkerProcess:
         """Wait for the child's "ready" report; return its listening port."""
         ready = self.wait_for(lambda r: r.get("event") == "ready", timeout)
         self.port = int(ready["port"])
+        self.ssl_port = int(ready.get("ssl_port", 0))
         return self.port
 
     def _read(self) -> None:

@@ -67,19 +67,24 @@ class TestTorrent:
 
 
 def make_test_torrent(
-    file: Path, *, piece_size: int = 256 * 1024, trackers: Sequence[str] = (), v1_only: bool = False
+    file: Path, *, piece_size: int = 256 * 1024, trackers: Sequence[str] = (), v1_only: bool = False,
+    root_cert: str | None = None,
 ) -> TestTorrent:
     """Hash ``file`` into a hybrid v1+v2 torrent (libtorrent's default; a v1-only one with
     ``v1_only``), with ``trackers`` in one tier and no web seed; write it as
-    ``<file>.torrent`` (``<file>.v1.torrent``)."""
+    ``<file>.torrent`` (``<file>.v1.torrent``; ``<file>.private.torrent`` with
+    ``root_cert``, a CA certificate in PEM that makes it an SSL torrent)."""
     flags = lt.create_torrent.v1_only if v1_only else 0
     creator = lt.create_torrent(lt.list_files(str(file)), piece_size, flags)
     for url in trackers:
         creator.add_tracker(url, 0)
+    if root_cert is not None:
+        creator.set_root_cert(root_cert)
     lt.set_piece_hashes(creator, str(file.parent))
     data: bytes = lt.bencode(creator.generate())
     hashes = lt.torrent_info(data).info_hashes()
-    torrent_path = file.with_name(file.name + (".v1.torrent" if v1_only else ".torrent"))
+    suffix = ".private.torrent" if root_cert else ".v1.torrent" if v1_only else ".torrent"
+    torrent_path = file.with_name(file.name + suffix)
     torrent_path.write_bytes(data)
     return TestTorrent(
         file=file,

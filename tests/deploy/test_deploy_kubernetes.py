@@ -321,8 +321,8 @@ def test_tracker_sync_shares_the_whitelist_and_process_namespace_with_opentracke
     assert len(syncs) == 1
     _, _, sync_container, config = syncs[0]
     assert isinstance(config, PublisherConfig)
-    # a native sidecar whose startupProbe gates tracker-sync: opentracker loses every
-    # reload when a SIGHUP reaches it before it serves (docs/operations.md)
+    # a native sidecar whose startupProbe gates tracker-sync: a SIGHUP that reaches
+    # opentracker before it serves ends it (docs/operations.md)
     (tracker,) = [c for c in spec["initContainers"] if c["name"] == "opentracker"]
     assert tracker["restartPolicy"] == "Always"
     assert tracker["startupProbe"]["httpGet"]["port"] in {p["name"] for p in tracker["ports"]}
@@ -348,3 +348,43 @@ def test_sidecar_pods_have_a_disruption_budget(builds: dict[str, list[dict[str, 
     assert budget["spec"]["selector"]["matchLabels"].items() <= (
         deployment["spec"]["template"]["metadata"]["labels"].items())
     assert budget["spec"]["maxUnavailable"] < deployment["spec"]["replicas"]
+
+
+PRIVATE_SWARM = KUBERNETES / "private-swarm" / "cert-manager.yaml"
+"""cert-manager's Issuer and Certificate (docs/private-swarm.md): CRDs, so outside the
+overlays and without a vendored schema; checked by structure below."""
+
+
+def test_the_private_swarm_example_issues_what_the_agent_loads(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from bloomswarm.common.tls_identity import identity_for, issue_certificate, load_identities, make_ca
+
+    documents = load_yaml(PRIVATE_SWARM)
+    by_kind = {doc["kind"]: doc for doc in documents}
+    assert len(documents) == len(by_kind) == 2 and set(by_kind) == {"Issuer", "Certificate"}
+    for doc in documents:
+        assert doc["apiVersion"] == "cert-manager.io/v1"
+        assert set(doc) == {"apiVersion", "kind", "metadata", "spec"}
+        assert doc["metadata"]["namespace"] == NAMESPACE
+    issuer, certificate = by_kind["Issuer"], by_kind["Certificate"]["spec"]
+    assert set(issuer["spec"]) == {"ca"} and set(issuer["spec"]["ca"]) == {"secretName"}
+    assert certificate["issuerRef"] == {"name": issuer["metadata"]["name"], "kind": "Issuer",
+                                        "group": "cert-manager.io"}
+    assert certificate["secretName"] != issuer["spec"]["ca"]["secretName"], "agents never get the CA key"
+    assert certificate["dnsNames"] == ["*"], "libtorrent accepts '*' for every torrent of the CA"
+    assert not {"server auth", "client auth"} & set(certificate["usages"]), "no extendedKeyUsage"
+    key = certificate["privateKey"]
+    assert (key["algorithm"], key["size"]) == ("ECDSA", 256)
+    hours = {k: int(certificate[k].removesuffix("h")) for k in ("duration", "renewBefore")}
+    assert 0 < hours["renewBefore"] < hours["duration"]
+    # the Secret it makes (tls.crt, tls.key, ca.crt) mounted as a directory is one identity
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_pem, ca_key = make_ca("fleet", days=365, now=now)
+    cert, key = issue_certificate(ca_pem, ca_key, name=certificate["commonName"], days=90, now=now)
+    mount = tmp_path / certificate["secretName"]
+    mount.mkdir()
+    for name, data in (("tls.crt", cert), ("tls.key", key), ("ca.crt", ca_pem)):
+        (mount / name).write_bytes(data)
+    (identity,) = load_identities([mount], now=now)
+    assert identity_for([identity], ca_pem) is identity

@@ -88,3 +88,36 @@ def test_sysusers_creates_the_units_users() -> None:
         service = _service(name)
         assert service["User"] in users and service["Group"] == service["User"]
     assert Path(SYSTEMD / "bloomswarm-publisher.timer").is_file()
+
+
+PRIVATE_SWARM_DROP_IN = SYSTEMD / "bloomswarm-agent.service.d" / "private-swarm.conf"
+AGENT_CREDENTIALS = "/run/credentials/bloomswarm-agent.service"
+
+
+def test_the_private_swarm_drop_in_hands_the_agent_one_certificate_pair(tmp_path: Path) -> None:
+    """LoadCredential= copies tls.crt and tls.key into the unit's credentials directory (%d),
+    which the drop-in names in swarm.certificate_dirs: a directory load_identities reads."""
+    import datetime as dt
+
+    from bloomswarm.agent import config as agent_config
+    from bloomswarm.common.tls_identity import issue_certificate, load_identities, make_ca
+
+    lines = PRIVATE_SWARM_DROP_IN.read_text(encoding="utf-8").splitlines()
+    assert "[Service]" in lines
+    credentials = dict(line.removeprefix("LoadCredential=").split(":", 1) for line in lines
+                       if line.startswith("LoadCredential="))
+    assert set(credentials) == {"tls.crt", "tls.key"}
+    assert {Path(p).parent for p in credentials.values()} == {Path("/etc/bloomswarm/tls")}
+    (assignment,) = [line.removeprefix("Environment=") for line in lines if line.startswith("Environment=")]
+    variable, value = assignment.split("=", 1)
+    assert variable == agent_config.env_name("swarm.certificate_dirs")
+    assert value.replace("%d", AGENT_CREDENTIALS) == AGENT_CREDENTIALS
+    # the credentials directory as systemd fills it
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_pem, ca_key = make_ca("fleet", days=365, now=now)
+    cert, key = issue_certificate(ca_pem, ca_key, name="host-1", days=30, now=now)
+    for name, data in (("tls.crt", cert), ("tls.key", key)):
+        (tmp_path / name).write_bytes(data)
+        (tmp_path / name).chmod(0o400)
+    (identity,) = load_identities([tmp_path], now=now)
+    assert identity.issued_by(ca_pem)

@@ -18,6 +18,7 @@ loops whose bounds are safety limits, not timing assertions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import subprocess
@@ -27,14 +28,17 @@ from pathlib import Path
 
 import pytest
 
+from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.config import TorrentFormat
+from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.sandbox.fleet import Discovery, LocalFleet
 from bloomswarm.sandbox.processes import free_port, stop_process
 from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.fleet_setup import (
     AGENT_TABLES,
     AGENTS,
+    CAPACITY,
     KEY,
     ORIGIN_PACE,
     fleet_spec,
@@ -157,3 +161,31 @@ def test_aria2c_downloads_a_published_version_from_the_agents(
         assert hashlib.sha256(files[0].read_bytes()).hexdigest() == v1.sha256
         uploaded = sum(agent.metric("bytes_uploaded_total") for agent in fleet.agents)
         assert uploaded >= v1.size, f"agents uploaded {uploaded} bytes\n{fleet.describe()}"
+
+
+def test_a_private_fleet_installs_private_versions_and_refuses_a_public_one(
+    tmp_path: Path, s3_bucket: S3Config, opentracker: OpenTracker, live_reader: Callable[[Path], LiveReader],
+) -> None:
+    """A private fleet (a CA in every torrent, a certificate per agent, ``require_private``)
+    converges on a private v1; a public v2 (the publisher without its CA) is refused by
+    every agent, which keeps serving v1."""
+    spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE, private=True,
+                      agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+    with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
+        v1, live = roll_out_first_version(fleet, live_reader)
+        assert v1.private
+        for agent in fleet.agents:
+            access = agent.status()["peer_access"]
+            assert access is not None and len(access["certificates"]) == 1
+            assert access["certificates"][0]["expires_in_s"] > 86400
+        assert sum(agent.metric("bytes_from_peers_total") for agent in fleet.agents) > 0, fleet.describe()
+
+        public = dataclasses.replace(fleet.publisher_config(), swarm_ca=None)
+        builder = FilterBuilder.for_capacity(CAPACITY, 0.01)
+        builder.add_many(keys(1) + keys(2))
+        result = publish_filter(fleet.store, public, builder, KEY, "public", force=True, progress=False)
+        assert result.version == 2 and not result.manifest.private
+        fleet.wait_all("v2 refused as public",
+                       lambda agent: agent.metric("refusals_total", reason="not_private") >= 1)
+        assert all(agent.status()["current_version"] == 1 for agent in fleet.agents)
+        live.wait_until_serving(1, keys(1)[:50], keys(2)[:3])

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from bloomswarm.agent.announcements import ObjectStoreAnnouncements
-from bloomswarm.agent.config import InstallConfig
+from bloomswarm.agent.config import InstallConfig, SwarmConfig
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
@@ -332,3 +332,16 @@ def test_status_before_the_first_snapshot_says_the_agent_is_starting(
         assert "starting" not in daemon.status() and daemon.status()["ready"] is False
     finally:
         daemon.shutdown()
+
+
+def test_a_public_version_is_refused_under_require_private(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
+) -> None:
+    publish(store, ["a"])
+    (tmp_path / "certs").mkdir()  # require_private needs a directory; the daemon never reads it
+    swarm = SwarmConfig(certificate_dirs=(tmp_path / "certs",), require_private=True)
+    daemon = _agent(tmp_path, origin, daemons, swarm=swarm)
+    run_until(daemon, lambda: metric(daemon, "refusals_total", reason="not_private") >= 2)
+    assert served_filter_bytes(origin) == 0
+    assert daemon.layout.current_version() is None
+    assert "not private" in daemon.status()["last_error"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 from pathlib import Path
 
@@ -13,8 +14,12 @@ from bloomswarm.agent.verify import CheckFailed, check_torrent, read_torrent, ve
 from bloomswarm.common.errors import VerificationError
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.common.tls_identity import ca_fingerprint, make_ca
 from bloomswarm.publisher.torrent import make_torrent
 from tests.unit.agent_helpers import publish
+
+
+NOW = datetime.datetime(2026, 11, 24, tzinfo=datetime.timezone.utc)
 
 
 @dataclasses.dataclass
@@ -145,3 +150,27 @@ def test_header_whose_parameters_disagree(download: Download) -> None:
     summary = dataclasses.replace(download.manifest.filter, key_count=download.manifest.filter.key_count + 1)
     manifest = dataclasses.replace(download.manifest, filter=summary)
     assert _check(download, manifest=manifest) == "header"
+
+
+def test_the_torrent_must_carry_the_swarm_ca_the_manifest_names(download: Download) -> None:
+    """A private version: the torrent's CA is the one the signed manifest names. Stripping
+    it (the public torrent under a private manifest), adding one, or swapping it fails."""
+    fleet, other = make_ca("fleet", days=30, now=NOW)[0], make_ca("other", days=30, now=NOW)[0]
+
+    def private_torrent(ca: bytes) -> bytes:
+        return make_torrent(download.path, piece_size=download.manifest.piece_size,
+                            root_cert=ca.decode(), progress=False).data
+
+    torrent = private_torrent(fleet)
+    assert read_torrent(torrent).ca_sha256 == ca_fingerprint(fleet)
+    as_private = dataclasses.replace(download.manifest, swarm_ca_sha256=ca_fingerprint(fleet),
+                                     info_hash_v1=read_torrent(torrent).info_hash_v1)
+    verify_download(as_private, torrent, _status(), download.path)
+    # stripped: the info-hash tells (it covers the CA), and so does the CA check alone
+    assert _check(download, manifest=as_private, torrent=download.torrent) == "info_hash"
+    claims_private = dataclasses.replace(download.manifest, swarm_ca_sha256=ca_fingerprint(fleet))
+    assert _check(download, manifest=claims_private) == "torrent"
+    assert _check(download, torrent=torrent) in ("torrent", "info_hash")  # added
+    swapped = private_torrent(other)
+    assert _check(download, manifest=dataclasses.replace(
+        as_private, info_hash_v1=read_torrent(swapped).info_hash_v1), torrent=swapped) == "torrent"

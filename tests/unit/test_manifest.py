@@ -676,3 +676,35 @@ def test_bad_pointer_field_is_format_error(field: str, value: Any) -> None:
 def test_open_pointer_fuzz(data: bytes) -> None:
     with pytest.raises((FormatError, VerificationError)):
         open_pointer(data, PUBLIC)
+
+
+# --- private versions ---------------------------------------------------------------------
+
+
+def test_private_manifest_bytes_pin_the_swarm_ca() -> None:
+    """A private version's manifest carries the CA's fingerprint as one more sorted field
+    (golden bytes); a public one has no such field (the golden bytes above)."""
+    manifest = make_manifest(swarm_ca_sha256="5a" * 32)
+    data = manifest.to_bytes()
+    public = make_manifest().to_bytes()
+    field = b'"swarm_ca_sha256":"' + b"5a" * 32 + b'",'
+    assert data == public.replace(b'"torrent_key":', field + b'"torrent_key":')
+    assert Manifest.from_bytes(data) == manifest and manifest.private
+    assert not make_manifest().private and b"swarm_ca" not in make_manifest().to_bytes()
+
+
+@pytest.mark.parametrize("bad", ["", "5A" * 32, "5a" * 31, None])
+def test_a_malformed_swarm_ca_fingerprint_is_refused(bad: str | None) -> None:
+    obj = json.loads(make_manifest().to_bytes())
+    obj["swarm_ca_sha256"] = bad
+    with pytest.raises(FormatError, match="swarm_ca_sha256"):
+        Manifest.from_bytes(canonical_json(obj))
+
+
+def test_the_signature_covers_the_swarm_ca() -> None:
+    data, sig = sign_manifest(make_manifest(swarm_ca_sha256="5a" * 32), SIGNER)
+    assert verify_manifest(data, sig, PUBLIC).private
+    stripped = json.loads(data)
+    del stripped["swarm_ca_sha256"]
+    with pytest.raises(VerificationError):
+        verify_manifest(canonical_json(stripped), sig, PUBLIC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,11 @@ from bloomswarm.common.bucket_layout import (
     new_attempt_id,
     signature_key,
 )
-from bloomswarm.common.errors import StorageError
+from bloomswarm.agent.verify import read_torrent
+from bloomswarm.common.errors import ConfigError, StorageError
 from bloomswarm.common.pointer import Pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.common.tls_identity import ca_fingerprint, issue_certificate, make_ca
 from bloomswarm.publisher.config import DeltaConfig, PublisherConfig
 from bloomswarm.publisher.deltas import choose_bases
 from bloomswarm.publisher.publish import (
@@ -334,3 +337,44 @@ def test_choose_bases_takes_the_newest_with_equal_parameters() -> None:
     assert [m.version for m in choose_bases(params, 4, manifests, 8)] == [3, 1]
     assert choose_bases(params, 5, manifests, 0) == []
     assert [m.version for m in newest_manifests(store, 2, below=4)] == [3, 2]
+
+
+# --- private versions ---------------------------------------------------------------------------
+
+
+def test_a_private_version_puts_the_ca_into_every_torrent_and_its_fingerprint_into_the_manifest(
+    tmp_path: Path,
+) -> None:
+    ca = make_ca("fleet", days=30, now=datetime.datetime.now(datetime.timezone.utc))[0]
+    (tmp_path / "ca.crt").write_bytes(ca)
+    private = make_config(swarm_ca=tmp_path / "ca.crt", deltas=DeltaConfig(max_share=1.0))
+    store = MemoryObjectStore()
+    _publish(store, ["a", "b"])  # a public v1
+    builder = make_builder(["a", "b"])
+    unchanged_but_private = publish_filter(store, private, builder, KEY, "x", progress=False)
+    assert unchanged_but_private.status == "published", "becoming private is a change"
+    manifest = check_version(store, 2, PUBLIC)
+    assert manifest.private and manifest.swarm_ca_sha256 == ca_fingerprint(ca)
+    torrents = [manifest.torrent_key] + [d.torrent_key for d in manifest.deltas]
+    assert len(torrents) == 2, "a delta from v1 too"
+    for key in torrents:
+        stored = store.get(key)
+        assert stored is not None and read_torrent(stored.data).ca_sha256 == ca_fingerprint(ca)
+    again = publish_filter(store, private, make_builder(["a", "b"]), KEY, "x", progress=False)
+    assert again.status == "unchanged"
+
+
+@pytest.mark.parametrize("content", [None, b"not a certificate", "leaf"])
+def test_a_bad_swarm_ca_stops_the_publish_before_anything_is_written(tmp_path: Path,
+                                                                      content: bytes | str | None) -> None:
+    path = tmp_path / "ca.crt"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    if content == "leaf":
+        ca = make_ca("fleet", days=30, now=now)
+        path.write_bytes(issue_certificate(ca[0], ca[1], name="agent", days=10, now=now)[0])
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    store = MemoryObjectStore()
+    with pytest.raises(ConfigError, match="swarm_ca"):
+        publish_filter(store, make_config(swarm_ca=path), make_builder(["a"]), KEY, "x", progress=False)
+    assert store.list() == []
