@@ -390,12 +390,7 @@ def _deltas_column(manifest: Manifest) -> str:
 
 def run_tracker_sync(args: argparse.Namespace) -> int:
     from bloomswarm.common.signing import load_public_keys
-    from bloomswarm.publisher.tracker_sync import (
-        ReloadSchedule,
-        read_pid_file,
-        reload_tracker,
-        sync_whitelist,
-    )
+    from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 
     config = load_cli_config(args)
     if config.tracker.whitelist is None:
@@ -406,20 +401,14 @@ def run_tracker_sync(args: argparse.Namespace) -> int:
     if args.public_key:
         keys += load_public_keys(args.public_key)
 
-    reloads = ReloadSchedule()
-
     def sync_once() -> None:
         pid = args.tracker_pid
         if pid is None and config.tracker.pid_file is not None:
             pid = read_pid_file(config.tracker.pid_file)
         result = sync_whitelist(store, whitelist, public_keys=keys, tracker_pid=pid)
         versions = _ranges(result.versions) or "none"
-        again = reloads.again(result.changed and result.signalled_pid is not None)
         if not result.changed:
-            if again and pid is not None:
-                reload_tracker(pid)  # in case the tracker missed the last SIGHUP
-            print(f"whitelist {whitelist} up to date (versions {versions})"
-                  f"{f', sent SIGHUP to {pid} again' if again and pid is not None else ''}", flush=True)
+            print(f"whitelist {whitelist} up to date (versions {versions})", flush=True)
             return
         reloaded = f", sent SIGHUP to {result.signalled_pid}" if result.signalled_pid else ""
         print(f"wrote {whitelist}: {len(result.hashes)} hashes for versions {versions}{reloaded}",

@@ -10,10 +10,13 @@ decides which versions exist), and the same for each delta its manifest lists (a
 has a torrent of its own).
 
 The file is replaced atomically and only when its content changes, and the tracker is
-sent SIGHUP only then: running the sync again changes nothing. Except in watch mode:
-opentracker has been seen to miss a SIGHUP now and then (the reload never happens), so a
-watching sync sends it again on the next :data:`RELOAD_REPEATS` rounds after a change
-(:class:`ReloadSchedule`); a reload of an unchanged file is harmless.
+sent SIGHUP only then: running the sync again changes nothing. One SIGHUP is enough:
+opentracker blocks it in every thread before it answers anything, and one thread takes
+it with ``sigwait`` and re-reads the file, so a signal that arrives during a reload waits
+for the next. (Sent in the first milliseconds of the process, before that, SIGHUP ends
+it: start syncing once the tracker answers HTTP.) A probe that reports a whitelisted
+hash refused must percent-encode every byte: ``urlencode`` sends 0x20 as ``+``, which
+opentracker reads as 0x2b (see ``bloomswarm.sandbox.tracker``).
 """
 
 from __future__ import annotations
@@ -126,36 +129,6 @@ def _read_or_none(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
-
-
-RELOAD_REPEATS = 2
-"""Watch rounds after a change in which the tracker gets SIGHUP again."""
-
-
-class ReloadSchedule:
-    """When a watching sync sends SIGHUP for an unchanged whitelist: in the
-    :data:`RELOAD_REPEATS` rounds that follow a change, in case the tracker missed it."""
-
-    def __init__(self, repeats: int = RELOAD_REPEATS) -> None:
-        self._repeats = repeats
-        self._left = 0
-
-    def again(self, changed: bool) -> bool:
-        """Record one round (``changed``: the sync rewrote the file and signalled); whether
-        to signal the tracker again now."""
-        if changed:
-            self._left = self._repeats
-            return False
-        if self._left > 0:
-            self._left -= 1
-            return True
-        return False
-
-
-def reload_tracker(pid: int) -> None:
-    """Send the tracker SIGHUP (it re-reads its whitelist); ConfigError when the process
-    does not exist or may not be signalled."""
-    _reload(pid)
 
 
 def _reload(pid: int) -> None:
