@@ -31,8 +31,9 @@ LOG_INTERVAL_S = 60.0
 
 REFUSAL_REASONS = ("address", "tls_handshake", "plaintext")
 """``address``: outside the allowed networks; ``tls_handshake``: the TLS handshake of a
-private version failed (no certificate, one from another CA, not TLS at all);
-``plaintext``: a plain BitTorrent connection to a private version."""
+private version failed (no certificate, one from another CA, not TLS at all), or a TLS
+session made for another torrent; ``plaintext``: a plain BitTorrent connection to a
+private version."""
 
 _ALLOWED, _BLOCKED = 0, 1  # libtorrent ip_filter flags
 _LAST_V4, _LAST_V6 = "255.255.255.255", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
@@ -67,17 +68,15 @@ def refusal_reason(alert: lt.alert) -> str | None:
         return "address"
     if isinstance(alert, lt.peer_error_alert) and alert.op == lt.operation_t.ssl_handshake:
         return "tls_handshake"
-    if (isinstance(alert, lt.peer_disconnected_alert)
-            and alert.error.category().name() == "libtorrent"
-            and alert.error.message() in _PLAINTEXT_ERRORS):
-        return "plaintext"
+    if isinstance(alert, lt.peer_disconnected_alert) and alert.error.category().name() == "libtorrent":
+        return _DISCONNECT_REASONS.get(alert.error.message())
     return None
 
 
-_PLAINTEXT_ERRORS = frozenset({"SSL connection required", "invalid SSL certificate"})
-"""libtorrent's messages for ``errors::requires_ssl_connection`` and ``invalid_ssl_cert``:
-a peer that connected without TLS to a private version (the Python binding has no names
-for libtorrent's error values)."""
+_DISCONNECT_REASONS = {"SSL connection required": "plaintext", "invalid SSL certificate": "tls_handshake"}
+"""libtorrent's messages for ``errors::requires_ssl_connection`` (a plain connection to a
+private version) and ``errors::invalid_ssl_cert`` (a TLS session made for another torrent);
+the Python binding has no names for libtorrent's error values."""
 
 
 @dataclass

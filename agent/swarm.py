@@ -668,8 +668,10 @@ class Swarm:
         if isinstance(change, Attach):
             assert tick is not None
             now, st, seen = tick
+            # Not for a private version: a peer's TLS session belongs to the torrent it was
+            # made with, and libtorrent cuts it from the torrent added again.
             if (self.config.trackers and st.total_payload_download == 0 and not record.seeding
-                    and not any(st.pieces)):
+                    and not any(st.pieces) and not record.info.ssl_cert()):
                 self._attach_at_once(record, change.url)
             else:
                 handle.add_url_seed(change.url)

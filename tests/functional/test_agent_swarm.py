@@ -19,6 +19,7 @@ loops whose bounds are safety limits, not timing assertions.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ import pytest
 
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.storage import S3Config
+from bloomswarm.common.tls_identity import ca_fingerprint, issue_certificate, make_ca
 from bloomswarm.publisher.config import TorrentFormat
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.sandbox.fleet import Discovery, LocalFleet
@@ -189,3 +191,48 @@ def test_a_private_fleet_installs_private_versions_and_refuses_a_public_one(
                        lambda agent: agent.metric("refusals_total", reason="not_private") >= 1)
         assert all(agent.status()["current_version"] == 1 for agent in fleet.agents)
         live.wait_until_serving(1, keys(1)[:50], keys(2)[:3])
+
+
+def test_the_fleet_ca_rotates_version_by_version_without_an_outage(
+    tmp_path: Path, s3_bucket: S3Config, opentracker: OpenTracker,
+) -> None:
+    """docs/private-swarm.md's rotation: every agent holds identities of the old and the
+    new CA; v1 carries the old CA, v2 (the publisher switched) the new one. Both versions
+    spread peer to peer, and each agent seeds both, each with its own CA's identity."""
+    spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE, private=True,
+                      keep_versions=2, agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+    now = datetime.datetime.now(datetime.timezone.utc)
+    new_ca = make_ca("new fleet CA", days=60, now=now)
+    with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
+        pki = fleet.ca_certificate.parent
+        old_ca = (fleet.ca_certificate.read_bytes(), (pki / "ca.key").read_bytes())
+        new_ca_path = tmp_path / "new-ca.crt"
+        new_ca_path.write_bytes(new_ca[0])
+        for index in range(3):  # step 1: two identities per agent, before the agents start
+            identities = tmp_path / "pki" / f"agent{index}"
+            identities.mkdir(parents=True)
+            for stem, ca in (("tls", old_ca), ("next", new_ca)):
+                cert, key = issue_certificate(*ca, name=f"agent{index}-{stem}", days=20, now=now)
+                (identities / f"{stem}.key").write_bytes(key)
+                (identities / f"{stem}.crt").write_bytes(cert)
+        v1 = publish_keys(fleet, keys(1))
+        for _ in range(3):
+            fleet.add_agent()
+        fleet.wait_all_on(1, "v1 (old CA) installed")
+        peers_v1 = sum(agent.metric("bytes_from_peers_total") for agent in fleet.agents)
+
+        rotated = dataclasses.replace(fleet.publisher_config(), swarm_ca=new_ca_path)  # step 2
+        builder = FilterBuilder.for_capacity(CAPACITY, 0.01)
+        builder.add_many(keys(1) + keys(2))
+        v2 = publish_filter(fleet.store, rotated, builder, KEY, "rotated", force=True, progress=False,
+                            before_announce=lambda m: opentracker.allow(m.info_hash_v1)).manifest
+        assert v1.swarm_ca_sha256 == ca_fingerprint(old_ca[0])
+        assert v2.swarm_ca_sha256 == ca_fingerprint(new_ca[0])
+        fleet.wait_all_on(2, "v2 (new CA) installed")
+        fleet.check_installed(v2)
+        assert sum(agent.metric("bytes_from_peers_total") for agent in fleet.agents) > peers_v1, \
+            fleet.describe()
+        for agent in fleet.agents:
+            status = agent.status()
+            assert status["seeding"] == [1, 2], status["seeding"]
+            assert len(status["peer_access"]["certificates"]) == 2

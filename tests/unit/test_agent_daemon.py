@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from bloomswarm.agent.announcements import ObjectStoreAnnouncements
+from bloomswarm.agent.certificates import CertificateState
 from bloomswarm.agent.config import InstallConfig, SwarmConfig
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
+from bloomswarm.agent.peer_access import RefusalLog
 from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.live import LiveFilter
 from bloomswarm.common.manifest import Manifest
@@ -345,3 +347,39 @@ def test_a_public_version_is_refused_under_require_private(
     assert served_filter_bytes(origin) == 0
     assert daemon.layout.current_version() is None
     assert "not private" in daemon.status()["last_error"]
+
+
+class _FakeCertificates:
+    def states(self) -> list[CertificateState]:
+        return [CertificateState("/certs/tls.crt", "CN=agent", -5.0)]
+
+
+@dataclasses.dataclass
+class _FakeAccess:
+    refusals: RefusalLog
+    certificates: _FakeCertificates | None
+
+
+def test_refused_peers_and_certificate_expiry_reach_metrics_and_status(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
+) -> None:
+    """An expired certificate is reported (negative seconds left) while the agent keeps
+    serving; refusals are counted once each, however often they are read."""
+    publish(store, ["a"])
+    access = _FakeAccess(RefusalLog(), _FakeCertificates())
+    daemon = make_daemon(agent_config(tmp_path), origin, peer_access=access)
+    daemons.append(daemon)
+    access.refusals.record("tls_handshake", 0.0)
+    access.refusals.record("tls_handshake", 1.0)
+    run_until(daemon, lambda: installed(daemon, 1))
+    access.refusals.record("address", 2.0)
+    for _ in range(3):
+        daemon.step()
+    assert metric(daemon, "refused_peers_total", reason="tls_handshake") == 2
+    assert metric(daemon, "refused_peers_total", reason="address") == 1
+    assert metric(daemon, "certificate_expiry_seconds", certificate="/certs/tls.crt") == -5.0
+    status = daemon.status()["peer_access"]
+    assert status["refused_peers"] == {"tls_handshake": 2, "address": 1}
+    assert status["certificates"] == [{"certificate": "/certs/tls.crt", "subject": "CN=agent",
+                                       "expires_in_s": -5.0}]
+    assert daemon.metrics.is_ready and daemon.layout.current_version() == 1

@@ -18,7 +18,6 @@ from bloomswarm.common.tls_identity import ca_fingerprint, make_ca
 from bloomswarm.publisher.torrent import make_torrent
 from tests.unit.agent_helpers import publish
 
-
 NOW = datetime.datetime(2026, 11, 24, tzinfo=datetime.timezone.utc)
 
 

@@ -14,6 +14,7 @@ Table cells (docs/bad-input.md explains them to readers too):
 
 from __future__ import annotations
 
+import datetime
 import io
 import logging
 import os
@@ -34,6 +35,7 @@ from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.delta import make_delta
 from bloomswarm.common.delta_format import PAYLOAD_OFFSET
 from bloomswarm.common.signing import write_keypair
+from bloomswarm.common.tls_identity import issue_certificate, make_ca
 from bloomswarm.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +104,8 @@ class Fixtures:
     body byte changed; {filter_next}, {delta}, {delta_truncated}, {delta_corrupt},
     {filter_resized}: see :meth:`_delta_files`; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
     {priv_0604} Ed25519 private keys with that mode; {rsa_priv} / {rsa_pub} an RSA
-    pair; {toml_*} config files (see :meth:`_configs`); {busy_port} a loopback port this
-    module listens on.
+    pair; {toml_*} config files (see :meth:`_configs`); {certs_*} certificate directories (see
+    :meth:`_certificate_dirs`); {busy_port} a loopback port this module listens on.
     """
 
     def __init__(self, root: Path) -> None:
@@ -137,10 +139,27 @@ class Fixtures:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
         for name, text in self._configs().items():
             self._file(name, root / f"{name}.toml", text)
+        self._certificate_dirs(root)
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen()
         self.values["busy_port"] = str(self._listener.getsockname()[1])
+
+    def _certificate_dirs(self, root: Path) -> None:
+        """{certs_empty} a directory with no certificate; {certs_mismatched} tls.crt with
+        another certificate's key; {certs_expired} a certificate that expired days ago."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        ca = make_ca("fleet", days=30, now=now - datetime.timedelta(days=10))
+        first, second = (issue_certificate(*ca, name=name, days=15, now=now) for name in ("a", "b"))
+        expired = issue_certificate(*ca, name="a", days=2, now=now - datetime.timedelta(days=5))
+        for name, pair in (("certs_empty", None), ("certs_mismatched", (first[0], second[1])),
+                           ("certs_expired", expired)):
+            directory = root / name
+            directory.mkdir()
+            if pair is not None:
+                (directory / "tls.crt").write_bytes(pair[0])
+                (directory / "tls.key").write_bytes(pair[1])
+            self.values[name] = str(directory)
 
     def _configs(self) -> dict[str, bytes]:
         pub = self.values["pub"].encode()

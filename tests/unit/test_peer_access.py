@@ -108,7 +108,7 @@ def test_the_dh_parameters_are_rfc_7919_ffdhe2048() -> None:
         warnings.simplefilter("ignore")
         from cryptography.hazmat.primitives.serialization import load_pem_parameters
 
-        numbers = load_pem_parameters(FFDHE2048_PEM.encode()).parameter_numbers()  # type: ignore[union-attr]
+        numbers = load_pem_parameters(FFDHE2048_PEM.encode()).parameter_numbers()
     assert numbers.g == 2 and numbers.p.bit_length() == 2048
     assert hex(numbers.p).startswith("0xffffffffffffffffadf85458a2bb4a9aafdc5620273d3cf1")
     assert hex(numbers.p).endswith("886b423861285c97ffffffffffffffff")
@@ -141,7 +141,7 @@ def test_the_store_picks_the_identity_of_each_torrents_ca(tmp_path: Path) -> Non
     old, new = make_ca("old", days=400, now=NOW), make_ca("new", days=400, now=NOW)
     _issue(tmp_path / "ids", old, "agent-old", 30, "old")
     _issue(tmp_path / "ids", new, "agent-new", 30, "new")
-    store = CertificateStore([tmp_path / "ids"], wall_clock=lambda: NOW.timestamp())
+    store = CertificateStore([tmp_path / "ids"], wall_clock=NOW.timestamp)
     identity_old, identity_new = store.for_ca(old[0]), store.for_ca(new[0])
     assert identity_old is not None and identity_old.subject == "CN=agent-old"
     assert identity_new is not None and identity_new.subject == "CN=agent-new"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bloomswarm.agent.verify import read_torrent
 from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
     delta_key,
@@ -18,7 +19,6 @@ from bloomswarm.common.bucket_layout import (
     new_attempt_id,
     signature_key,
 )
-from bloomswarm.agent.verify import read_torrent
 from bloomswarm.common.errors import ConfigError, StorageError
 from bloomswarm.common.pointer import Pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.storage import MemoryObjectStore
