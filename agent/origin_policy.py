@@ -513,14 +513,22 @@ class OriginPolicy:
         return self._back_off(f"stripe {stripe} is complete", now)
 
     def _first_stripe(self, free: list[int], obs: Observation) -> int:
-        """The free stripe to take when the origin goes on: with the whole swarm in sight,
-        the agent p-th in line takes the p-th free one (agents that start together,
-        before they see each other's pieces, take different stripes); otherwise (agents
-        out of sight may think they are p-th too), or after a back-off, one drawn at
-        random."""
-        if self._backed_off or len(obs.peers) + 1 < obs.swarm_size:
-            return self._rng.choice(free)  # agents out of sight: a deterministic pick would collide
-        return free[int(self.position(obs)) % len(free)]
+        """The free stripe to take when the origin goes on.
+
+        - A running fleet (its size known) with the whole swarm in sight: the agent p-th in
+          line takes the p-th free one, so agents that start together, before they see
+          each other's pieces, take different stripes.
+        - Agents out of sight, or a fresh fleet (the first version: each agent's view of
+          the swarm still grows, so several may think they are first): the free stripe the
+          agent's own rank points at. Two agents then collide only when their ranks fall
+          in the same share of the free stripes, where p-th would send every agent that
+          thinks it is first to the first stripe.
+        - After a back-off: one drawn at random."""
+        if self._backed_off:
+            return self._rng.choice(free)
+        if obs.fleet_known and len(obs.peers) + 1 >= obs.swarm_size:
+            return free[int(self.position(obs)) % len(free)]
+        return free[min(int(self._rank * len(free)), len(free) - 1)]
 
     def _free_stripes(self, now: float) -> list[int]:
         """Stripes to take (as of this tick's watch update): those nobody in sight holds a

@@ -443,3 +443,24 @@ def test_agents_in_line_take_different_stripes_before_they_see_each_other() -> N
     assert first.step(seen(0.1, second_id), Link()).stripe == 0  # first in line: at once
     assert second.step(seen(0.1, first_id), Link()).web_seed is None  # its turn: 2 s / 4 stripes later
     assert second.step(seen(0.7, first_id), Link()).stripe == 1  # the second free stripe
+
+
+def test_in_a_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_their_ranks_point_at() -> None:
+    """The first version of a fleet: the first agent to announce sees nobody (a swarm of
+    one), the second sees it and ranks before it. Both are first in line as they see it;
+    by position both would take stripe 0. By rank they take different ones."""
+    ids = _ids_ranked(40, below=1.0)
+    low = next(i for i in ids if fleet_rank(INFO_HASH, i) < 0.25)
+    high = next(i for i in ids if fleet_rank(INFO_HASH, i) >= 0.5)
+    settings = config(origin_stripes=4)
+    alone = policy(settings, identity=(INFO_HASH, high))
+    second = policy(settings, identity=(INFO_HASH, low))
+    fresh = {"announced": True, "fleet_known": False}
+    assert alone.step(obs(0.1, swarm_size=1, **fresh), Link()).web_seed is None  # settles a stagger later
+    taken_alone = alone.step(obs(2.2, swarm_size=1, **fresh), Link()).stripe
+    assert second.step(obs(0.1, known_peers=2, peers=[(False, [])], peer_ids=[high], **fresh),
+                       Link()).web_seed is None
+    taken_second = second.step(obs(2.2, known_peers=2, peers=[(False, [])], peer_ids=[high], **fresh),
+                               Link()).stripe
+    assert (taken_alone, taken_second) == (int(fleet_rank(INFO_HASH, high) * 4), 0)
+    assert taken_alone != taken_second
