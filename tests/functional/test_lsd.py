@@ -11,11 +11,7 @@ it finds nobody. The namespace is deleted at the end; nothing leaves it.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,34 +21,19 @@ import pytest
 from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.sandbox.swarm_worker import WorkerProcess
 from bloomswarm.sandbox.worker_swarm import MIB, make_test_torrent, write_random_file
+from tests.functional.netns import network_namespace
 
 pytestmark = pytest.mark.timeout(180)
 
 FILE_SIZE = 4 * MIB
 
 
-def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
-    if result.returncode != 0:
-        raise AssertionError(f"ip {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
     """A fresh network namespace with multicast on its loopback; deleted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("creating a network namespace needs root")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2's ip is not installed (apt-get install iproute2)")
-    name = f"bsw-lsd-{uuid.uuid4().hex[:8]}"
-    _ip("netns", "add", name)
-    try:
-        _ip("-n", name, "link", "set", "lo", "up")
-        _ip("-n", name, "link", "set", "lo", "multicast", "on")
-        _ip("-n", name, "route", "add", "239.0.0.0/8", "dev", "lo")
+    with network_namespace("bsw-lsd", [["link", "set", "lo", "multicast", "on"],
+                                       ["route", "add", "239.0.0.0/8", "dev", "lo"]]) as name:
         yield name
-    finally:
-        _ip("netns", "delete", name)
 
 
 def _swarm(lsd: bool) -> dict[str, Any]:

@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.swarm_worker import WorkerProcess
 from bloomswarm.sandbox.tracker import OpenTracker
 from bloomswarm.sandbox.worker_swarm import MIB, TestTorrent, make_test_torrent, write_random_file
+from tests.functional.netns import network_namespace
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -176,28 +176,12 @@ def _run_aria2c(torrent: TestTorrent, tracker: str, out: Path) -> subprocess.Com
 # --- the allow-list ---------------------------------------------------------------------------
 
 
-def _ip(*args: str) -> None:
-    result = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
-    if result.returncode != 0:
-        raise AssertionError(f"ip {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
-
-
 @pytest.fixture
 def netns() -> Iterator[str]:
     """A fresh network namespace with 10.77.0.1 and 10.77.0.2 on its loopback."""
-    if os.geteuid() != 0:
-        pytest.skip("creating a network namespace needs root")
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2's ip is not installed (apt-get install iproute2)")
-    name = f"bsw-allow-{uuid.uuid4().hex[:8]}"
-    _ip("netns", "add", name)
-    try:
-        _ip("-n", name, "link", "set", "lo", "up")
-        _ip("-n", name, "addr", "add", "10.77.0.1/32", "dev", "lo")
-        _ip("-n", name, "addr", "add", "10.77.0.2/32", "dev", "lo")
+    with network_namespace("bsw-allow", [["addr", "add", "10.77.0.1/32", "dev", "lo"],
+                                         ["addr", "add", "10.77.0.2/32", "dev", "lo"]]) as name:
         yield name
-    finally:
-        _ip("netns", "delete", name)
 
 
 @pytest.mark.parametrize("private", [False, True], ids=["public", "private"])

@@ -445,7 +445,7 @@ def test_agents_in_line_take_different_stripes_before_they_see_each_other() -> N
     assert second.step(seen(0.7, first_id), Link()).stripe == 1  # the second free stripe
 
 
-def test_in_a_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_their_ranks_point_at() -> None:
+def test_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_their_ranks_point_at() -> None:
     """The first version of a fleet: the first agent to announce sees nobody (a swarm of
     one), the second sees it and ranks before it. Both are first in line as they see it;
     by position both would take stripe 0. By rank they take different ones."""

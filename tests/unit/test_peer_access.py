@@ -153,12 +153,18 @@ def test_the_store_refuses_to_start_on_a_missing_directory(tmp_path: Path) -> No
         CertificateStore([tmp_path / "nowhere"])
 
 
-def test_renewed_files_are_reloaded_and_expiry_is_reported(tmp_path: Path,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def _followed_store(tmp_path: Path) -> tuple[tuple[bytes, bytes], Clocks, CertificateStore]:
+    """A store of one identity (10 days left) on clocks the test moves."""
     ca = make_ca("fleet", days=400, now=NOW)
     _issue(tmp_path / "ids", ca, "agent", 10)
     clocks = Clocks()
-    store = CertificateStore([tmp_path / "ids"], wall_clock=lambda: clocks.wall, clock=lambda: clocks.mono)
+    return ca, clocks, CertificateStore([tmp_path / "ids"], wall_clock=lambda: clocks.wall,
+                                        clock=lambda: clocks.mono)
+
+
+def test_renewed_files_are_reloaded_and_expiry_is_reported(tmp_path: Path,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    ca, clocks, store = _followed_store(tmp_path)
     assert store.states()[0].expires_in_s == pytest.approx(10 * 86400, abs=1)
     assert not store.refresh()  # not yet time to look
 
@@ -188,10 +194,7 @@ def test_renewed_files_are_reloaded_and_expiry_is_reported(tmp_path: Path,
 
 def test_renewed_files_that_do_not_load_keep_the_identities_held(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    ca = make_ca("fleet", days=400, now=NOW)
-    _issue(tmp_path / "ids", ca, "agent", 10)
-    clocks = Clocks()
-    store = CertificateStore([tmp_path / "ids"], wall_clock=lambda: clocks.wall, clock=lambda: clocks.mono)
+    ca, clocks, store = _followed_store(tmp_path)
     (tmp_path / "ids" / "tls.key").write_bytes(b"garbage")
     clocks.advance(REFRESH_S)
     assert not store.refresh()
