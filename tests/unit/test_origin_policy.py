@@ -455,12 +455,16 @@ def test_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_thei
     settings = config(origin_stripes=4)
     alone = policy(settings, identity=(INFO_HASH, high))
     second = policy(settings, identity=(INFO_HASH, low))
-    fresh = {"announced": True, "fleet_known": False}
-    assert alone.step(obs(0.1, swarm_size=1, **fresh), Link()).web_seed is None  # settles a stagger later
-    taken_alone = alone.step(obs(2.2, swarm_size=1, **fresh), Link()).stripe
-    assert second.step(obs(0.1, known_peers=2, peers=[(False, [])], peer_ids=[high], **fresh),
-                       Link()).web_seed is None
-    taken_second = second.step(obs(2.2, known_peers=2, peers=[(False, [])], peer_ids=[high], **fresh),
-                               Link()).stripe
+    def alone_sees(at: float) -> Observation:  # a swarm of one: itself
+        return obs(at, announced=True, fleet_known=False, swarm_size=1)
+
+    def second_sees(at: float) -> Observation:  # the first, holding nothing yet
+        return obs(at, announced=True, fleet_known=False, known_peers=2, peers=[(False, [])],
+                   peer_ids=[high])
+
+    assert alone.step(alone_sees(0.1), Link()).web_seed is None  # settles a stagger later
+    taken_alone = alone.step(alone_sees(2.2), Link()).stripe
+    assert second.step(second_sees(0.1), Link()).web_seed is None
+    taken_second = second.step(second_sees(2.2), Link()).stripe
     assert (taken_alone, taken_second) == (int(fleet_rank(INFO_HASH, high) * 4), 0)
     assert taken_alone != taken_second
