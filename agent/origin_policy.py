@@ -496,38 +496,43 @@ class OriginPolicy:
             self._attached = url
             if not free:  # stalled: the origin for any piece
                 return Decision(priorities=restore, web_seed=Attach(url))
-            return replace(self._set_stripe(self._first_stripe(free, obs), have, peers), web_seed=Attach(url))
+            return replace(self._set_stripe(self._pick_stripe(free, obs), have, peers), web_seed=Attach(url))
         stripe = self._stripe
         if stripe is None:
             return None
         if origin_stripes.yields(stripes, have, peers, stripe, self._stripe_base):
             free = [s for s in self._free_stripes(now) if s != stripe]
             if free:  # the web seed stays, on another stripe
-                return self._set_stripe(self._rng.choice(free), have, peers)
+                return self._set_stripe(self._pick_stripe(free, obs, moving_on=True), have, peers)
             return self._back_off(f"stripe {stripe} is fetched by another agent", now)
         if not origin_stripes.complete(stripes, have, stripe):
             return self._refresh(obs, link, self._set_stripe(stripe, have, peers))  # peers' new pieces
         free = self._free_stripes(now)
         if free:
-            return self._refresh(obs, link, self._set_stripe(self._rng.choice(free), have, peers))
+            return self._refresh(obs, link, self._set_stripe(self._pick_stripe(free, obs, moving_on=True),
+                                                             have, peers))
         return self._back_off(f"stripe {stripe} is complete", now)
 
-    def _first_stripe(self, free: list[int], obs: Observation) -> int:
-        """The free stripe to take when the origin goes on.
+    def _pick_stripe(self, free: list[int], obs: Observation, *, moving_on: bool = False) -> int:
+        """The free stripe to take when the origin goes on, or to move on to
+        (``moving_on``) when the web seed's stripe is done or left to another agent.
 
         - A running fleet (its size known) with the whole swarm in sight: the agent p-th in
-          line takes the p-th free one, so agents that start together, before they see
-          each other's pieces, take different stripes.
-        - Agents out of sight, or a fresh fleet (the first version: each agent's view of
-          the swarm still grows, so several may think they are first): the free stripe the
-          agent's own rank points at. Two agents then collide only when their ranks fall
-          in the same share of the free stripes, where p-th would send every agent that
-          thinks it is first to the first stripe.
-        - After a back-off: one drawn at random."""
+          line takes the p-th free one, so agents that start (or move on) together, before
+          they see each other's pieces, take different stripes.
+        - Otherwise, the first stripe: the free one the agent's own rank points at. In a
+          fresh fleet (the first version: each agent's view of the swarm still grows) or
+          with agents out of sight several may think they are first; by position they
+          would all take the first stripe, by rank two collide only when their ranks fall
+          in the same share of the free stripes.
+        - Otherwise, moving on, or after a back-off: one drawn at random (an agent that
+          left a contested stripe would otherwise follow its rival by rank again)."""
         if self._backed_off:
             return self._rng.choice(free)
         if obs.fleet_known and len(obs.peers) + 1 >= obs.swarm_size:
             return free[int(self.position(obs)) % len(free)]
+        if moving_on:
+            return self._rng.choice(free)
         return free[min(int(self._rank * len(free)), len(free) - 1)]
 
     def _free_stripes(self, now: float) -> list[int]:

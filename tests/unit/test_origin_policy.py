@@ -468,3 +468,24 @@ def test_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_thei
     taken_second = second.step(second_sees(2.2), Link()).stripe
     assert (taken_alone, taken_second) == (int(fleet_rank(INFO_HASH, high) * 4), 0)
     assert taken_alone != taken_second
+
+
+def test_agents_whose_stripes_complete_together_move_on_to_different_free_stripes() -> None:
+    """Two agents in line, all in sight, each finishes its stripe at the same tick: the
+    first moves to the first free stripe, the second to the second (drawn at random,
+    they would take the same one half the time)."""
+    first_id, second_id = sorted(_ids_ranked(2, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    settings = config(origin_stripes=4)
+    first = policy(settings, identity=(INFO_HASH, first_id))
+    second = policy(settings, identity=(INFO_HASH, second_id))
+
+    def seen(at: float, peer_id: bytes, have: list[int], theirs: list[int]) -> Observation:
+        return obs(at, announced=True, known_peers=2, have=bits(16, *have),
+                   peers=[(False, bits(16, *theirs))], peer_ids=[peer_id])
+
+    assert first.step(seen(0.1, second_id, [], []), Link()).stripe == 0
+    assert second.step(seen(0.1, first_id, [], []), Link()).web_seed is None
+    assert second.step(seen(0.7, first_id, [], []), Link()).stripe == 1
+    stripe_0, stripe_1 = [0, 1, 8, 9], [2, 3, 10, 11]
+    assert first.step(seen(1.5, second_id, stripe_0, stripe_1), Link()).stripe == 2
+    assert second.step(seen(1.5, first_id, stripe_1, stripe_0), Link()).stripe == 3
