@@ -517,23 +517,16 @@ class OriginPolicy:
         """The free stripe to take when the origin goes on, or to move on to
         (``moving_on``) when the web seed's stripe is done or left to another agent.
 
-        - A running fleet (its size known) with the whole swarm in sight: the agent p-th in
-          line takes the p-th free one, so agents that start (or move on) together, before
-          they see each other's pieces, take different stripes.
-        - Otherwise, the first stripe: the free one the agent's own rank points at. In a
-          fresh fleet (the first version: each agent's view of the swarm still grows) or
-          with agents out of sight several may think they are first; by position they
-          would all take the first stripe, by rank two collide only when their ranks fall
-          in the same share of the free stripes.
-        - Otherwise, moving on, or after a back-off: one drawn at random (an agent that
-          left a contested stripe would otherwise follow its rival by rank again)."""
-        if self._backed_off:
+        - The whole swarm in sight: the agent p-th in line takes the p-th free one, so
+          agents that start together, before they see each other's pieces, take different
+          stripes. Moving on, only in a running fleet (its size known): agents whose
+          stripes complete together then spread over the free ones.
+        - Otherwise (agents out of sight may think they are p-th too; a fresh fleet's
+          agents moving on), or after a back-off: one drawn at random."""
+        in_sight = len(obs.peers) + 1 >= obs.swarm_size
+        if self._backed_off or not in_sight or (moving_on and not obs.fleet_known):
             return self._rng.choice(free)
-        if obs.fleet_known and len(obs.peers) + 1 >= obs.swarm_size:
-            return free[int(self.position(obs)) % len(free)]
-        if moving_on:
-            return self._rng.choice(free)
-        return free[min(int(self._rank * len(free)), len(free) - 1)]
+        return free[int(self.position(obs)) % len(free)]
 
     def _free_stripes(self, now: float) -> list[int]:
         """Stripes to take (as of this tick's watch update): those nobody in sight holds a

@@ -40,10 +40,14 @@ def _received(agent: AgentProcess) -> float:
     return agent.metric("bytes_from_origin_total") + agent.metric("bytes_from_peers_total")
 
 
+@pytest.mark.parametrize("private", [False, True], ids=["public", "private"])
 def test_agents_on_v1_get_v2_by_delta_over_the_swarm(
     tmp_path: Path, s3_bucket: S3Config, opentracker: OpenTracker, live_reader: Callable[[Path], LiveReader],
+    private: bool,
 ) -> None:
-    spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE)
+    """Private: the delta's torrent carries the fleet CA too, and the agents trade it over
+    TLS (docs/private-swarm.md)."""
+    spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE, private=private)
     with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
         v1 = publish_keys(fleet, keys(1))
         for _ in range(AGENTS):
@@ -60,6 +64,7 @@ def test_agents_on_v1_get_v2_by_delta_over_the_swarm(
         v2 = publish_keys(fleet, keys(1) + keys(2, NEW_KEYS))
         entry = v2.delta_from(1)
         assert entry is not None and v2.size == v1.size, v2
+        assert v2.private is private
         fleet.point_latest(2)
         fleet.wait_all_on(2, "v2 installed")
         fleet.check_installed(v2)

@@ -445,31 +445,6 @@ def test_agents_in_line_take_different_stripes_before_they_see_each_other() -> N
     assert second.step(seen(0.7, first_id), Link()).stripe == 1  # the second free stripe
 
 
-def test_fresh_fleet_agents_that_each_think_they_are_first_take_the_stripes_their_ranks_point_at() -> None:
-    """The first version of a fleet: the first agent to announce sees nobody (a swarm of
-    one), the second sees it and ranks before it. Both are first in line as they see it;
-    by position both would take stripe 0. By rank they take different ones."""
-    ids = _ids_ranked(40, below=1.0)
-    low = next(i for i in ids if fleet_rank(INFO_HASH, i) < 0.25)
-    high = next(i for i in ids if fleet_rank(INFO_HASH, i) >= 0.5)
-    settings = config(origin_stripes=4)
-    alone = policy(settings, identity=(INFO_HASH, high))
-    second = policy(settings, identity=(INFO_HASH, low))
-    def alone_sees(at: float) -> Observation:  # a swarm of one: itself
-        return obs(at, announced=True, fleet_known=False, swarm_size=1)
-
-    def second_sees(at: float) -> Observation:  # the first, holding nothing yet
-        return obs(at, announced=True, fleet_known=False, known_peers=2, peers=[(False, [])],
-                   peer_ids=[high])
-
-    assert alone.step(alone_sees(0.1), Link()).web_seed is None  # settles a stagger later
-    taken_alone = alone.step(alone_sees(2.2), Link()).stripe
-    assert second.step(second_sees(0.1), Link()).web_seed is None
-    taken_second = second.step(second_sees(2.2), Link()).stripe
-    assert (taken_alone, taken_second) == (int(fleet_rank(INFO_HASH, high) * 4), 0)
-    assert taken_alone != taken_second
-
-
 def test_agents_whose_stripes_complete_together_move_on_to_different_free_stripes() -> None:
     """Two agents in line, all in sight, each finishes its stripe at the same tick: the
     first moves to the first free stripe, the second to the second (drawn at random,
