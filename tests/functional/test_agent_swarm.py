@@ -52,7 +52,13 @@ from tests.functional.live_reader import LiveReader
 
 pytestmark = pytest.mark.timeout(300)
 
-MAX_ORIGIN_COPIES = 1.5
+MAX_ORIGIN_COPIES = 2.0
+"""Origin bytes per version, in copies of the file, that the five agents may take: well
+under the 5 copies of a fleet without P2P, so a swarm that stops sharing fails. Not a
+measure of the policy's efficiency, which benchmarks/swarm.py measures on large files:
+here a 6 MB file in 8 stripes of 6 pieces makes every collision cost 1/8 of a copy, and
+25 runs on 2026-11-24 spread 1.05-1.66 for a fresh fleet's first version (the old limit,
+1.5, failed about 1 run in 8)."""
 
 
 def _fleet(tmp_path: Path, s3: S3Config, discovery: Discovery, tracker: OpenTracker | None = None,
