@@ -74,6 +74,15 @@ def _reasons(fallbacks: dict[str, int]) -> str:
     return ", ".join(f"{reason} {n}" for reason, n in fallbacks.items()) or "none"
 
 
+def _swarm_settings_line(settings: dict[str, Any]) -> str:
+    """What the agents' ``[swarm]`` timings were: the defaults, or the ones set."""
+    if not settings:
+        return ("- The agents' swarm timings: the agent's defaults (only the fleet's addresses "
+                "and loopback settings are set).")
+    return ("- The agents' swarm timings beside the fleet's loopback settings: "
+            + ", ".join(f"`{k} = {v}`" for k, v in settings.items()) + ".")
+
+
 def render_deltas(result: dict[str, Any]) -> list[str]:
     """The report's "Deltas" section: delta sizes, installs by way, fallbacks, catch-ups
     (empty for results without delta counts)."""
@@ -143,9 +152,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         f"- The origin proxy failed {cfg['fault_rate']:.0%} of the agents' origin requests throughout "
         f"(half 503, half a 5 s stall then a dropped connection): {origin.get('faults', 0):,} of "
         f"{origin.get('requests', 0):,} requests ({(origin.get('fault_share') or 0):.1%}) failed.",
-        "- The agents' swarm timings beside the fleet's loopback settings: "
-        + ", ".join(f"`{k} = {v}`" for k, v in result["swarm_settings"].items())
-        + " (the defaults suit versions minutes or hours apart, not 20 s).",
+        _swarm_settings_line(result["swarm_settings"]),
         f"- The agents' S3 client: `read_timeout_s = {cfg.get('s3_read_timeout', 30.0)}`, "
         f"`max_attempts = {cfg.get('s3_attempts', 3)}` (documents are small: a stalled GET is given up "
         "and retried quickly rather than waited on).",

@@ -170,3 +170,10 @@ def test_the_deltas_section_reports_sizes_ways_and_catch_ups() -> None:
     assert "delta 1, full 1, installed 1, none 1" in text
     assert "#2: delta v4 from v3; #3: full v6 after fallback (corrupt); #4: installed v6; #5: none" in text
     assert render_deltas({"versions": [], "agents": []}) == []
+
+
+def test_the_report_says_when_the_agents_ran_on_their_default_timings() -> None:
+    from benchmarks.soak_report import _swarm_settings_line
+
+    assert "the agent's defaults" in _swarm_settings_line({})
+    assert "`origin_stagger_s = 1.0`" in _swarm_settings_line({"origin_stagger_s": 1.0})
