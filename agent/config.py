@@ -153,7 +153,11 @@ class SwarmConfig:
     that a publisher misconfigured to public never puts the filter on an open swarm."""
     allowed_peer_networks: tuple[str, ...] = ()
     """Peers are accepted only from these networks (CIDR, e.g. ``10.0.0.0/8``; libtorrent's
-    ``ip_filter``); empty: from anywhere. The origin is not a peer and is not filtered."""
+    ``ip_filter``); empty: from anywhere. libtorrent filters web seeds too: the origin's
+    addresses as the agent resolves them are let through (a private version's HTTPS origin
+    goes through the agent's loopback relay, always let through), but an origin host name
+    whose DNS answers vary (S3, a CDN) may resolve to another address in libtorrent: list
+    the origin's networks here too. Trackers are not filtered."""
     alert_queue_size: int = 10_000
     """libtorrent alerts kept between two polls (errors, state changes, hash failures)."""
     user_agent: str = "bloomswarm"

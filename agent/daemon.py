@@ -99,7 +99,7 @@ from .logfmt import log_event, logfmt
 from .metrics import AgentMetrics
 from .origin import Origin
 from .transfer import DeltaKey, Transfer, TransferKey, TransferStatus, key_label, key_version
-from .verify import CheckFailed, HashedFile, check_file, verify_download
+from .verify import CheckFailed, HashedFile, check_file, read_torrent, verify_download
 from .version_policy import Action, decide, next_sequence
 
 if TYPE_CHECKING:
@@ -809,7 +809,12 @@ class AgentDaemon:
         hard-linked into ``versions/vN``: it is switched to that name (``relocate``), so
         its peers stay connected and its counts carry on. Where that fails it is removed
         and seeded anew, as a file installed otherwise is. Either way nothing reads the
-        staged file afterwards."""
+        staged file afterwards. Under ``swarm.require_private`` a public version (its
+        torrent carries no swarm CA) is not seeded: it still serves locally."""
+        if self.config.swarm.require_private and not _is_private(torrent):
+            log_event(log, logging.WARNING, "not_seeding", version=key_label(key),
+                      reason="a public version, and swarm.require_private is set (still served locally)")
+            return
         file_dir = self.layout.version_dir(key_version(key))
         if downloaded:
             if self.transfer.relocate(key, file_dir):
@@ -953,6 +958,14 @@ class AgentDaemon:
 
 
 __all__ = ["AgentDaemon"]
+
+
+def _is_private(torrent: bytes) -> bool:
+    """Whether ``torrent`` carries a swarm CA (False for a torrent that does not parse)."""
+    try:
+        return read_torrent(torrent).ca_sha256 is not None
+    except CheckFailed:
+        return False
 
 
 class _BackgroundCall(Generic[T]):

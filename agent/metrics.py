@@ -184,6 +184,7 @@ class AgentMetrics:
         )
         self._seen: dict[TransferKey, TransferStatus] = {}
         self._refused_seen: dict[str, int] = {}
+        self._certificates_seen: set[str] = set()
         self._lock = threading.Lock()
         self._ready = False
 
@@ -266,15 +267,20 @@ class AgentMetrics:
     def observe_peer_access(self, refused: Mapping[str, int],
                             certificates: Iterable[CertificateState]) -> None:
         """Count the refusals since the last call (``refused``: totals by reason) and set
-        each certificate's seconds left."""
+        each certificate's seconds left; a certificate no longer held loses its series."""
         with self._lock:
             for reason, total in refused.items():
                 new = total - self._refused_seen.get(reason, 0)
                 if new > 0:
                     self.refused_peers.labels(reason).inc(new)
                 self._refused_seen[reason] = total
-        for state in certificates:
-            self.certificate_expiry.labels(state.certificate).set(state.expires_in_s)
+        held = {state.certificate: state.expires_in_s for state in certificates}
+        with self._lock:
+            for gone in self._certificates_seen - held.keys():  # removed or renamed: no stale alert
+                self.certificate_expiry.remove(gone)
+            self._certificates_seen = set(held)
+        for certificate, seconds in held.items():
+            self.certificate_expiry.labels(certificate).set(seconds)
 
     def samples(self) -> dict[str, float]:
         """Every sample as ``name{label="value"}`` -> value (for /status and the CLI)."""

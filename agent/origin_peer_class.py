@@ -95,6 +95,9 @@ class OriginPeerClass:
             try:
                 addresses = future.result()
             except (OSError, UnicodeError) as exc:
+                if self._tracking:  # the allow-list would block it: try again, no web seed meanwhile
+                    log.warning("cannot resolve the origin %s: %s; resolving again", host, exc)
+                    continue
                 log.warning("cannot resolve the origin %s: %s; its rate limit may not apply", host, exc)
                 addresses = set()
             self._resolved[host] = self._clock()

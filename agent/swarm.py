@@ -50,6 +50,7 @@ from .certificates import CertificateStore
 from .config import SwarmConfig
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
+from .origin_relay import OriginRelay
 from .peer_access import RefusalLog, make_ip_filter, refusal_reason
 from .session_settings import session_settings
 from .swarm_torrent import CHECKING, NO_ORIGIN, FactoryLink, SwarmTorrent, endpoint, is_web_seed
@@ -85,6 +86,8 @@ class Swarm:
                              if self.config.certificate_dirs else None)
         """This agent's certificates for private versions (None: it joins public swarms
         only). Loaded before the session starts: CertificateError stops the agent."""
+        self._relay = OriginRelay(user_agent=self.config.user_agent)
+        """Serves private versions' HTTPS origin URLs to libtorrent over loopback."""
         self.refusals = RefusalLog()
         """Peers refused (outside the allowed networks, or failing a private version's TLS
         handshake), counted by reason."""
@@ -296,6 +299,7 @@ class Swarm:
         for key in list(self._torrents):
             self.remove(key)
         self._peer_class.close()
+        self._relay.close()
         session, self._session = self._session, None
         del session
 
@@ -425,6 +429,8 @@ class Swarm:
         except RuntimeError as exc:
             raise ValueError(f"{key_label(key)}: libtorrent refused the torrent: {exc}") from exc
         now = self._clock()
+        if origin is not None and info.ssl_cert():  # libtorrent would refuse an HTTPS origin
+            origin = self._relay.wrap(origin)
         policy = OriginPolicy(self.config, pieces=info.num_pieces(), piece_length=info.piece_length(),
                               origin=origin is not None, now=now, rng=self._rng,
                               peer_bytes=0 if previous is None else previous.bytes_from_peers,
@@ -589,8 +595,8 @@ class Swarm:
             elif (reason := refusal_reason(alert)) is not None:
                 count = self.refusals.record(reason, self._clock())
                 if count is not None:
-                    log.warning("refused %d peer(s) (%s) in the last %.0f s, e.g. %s", count, reason,
-                                self.refusals.interval_s, alert.message())
+                    log.warning("refused %d peer(s) (%s) since the last report, e.g. %s", count, reason,
+                                alert.message())
             elif debug:
                 log.debug("%s: %s", type(alert).__name__, alert.message())
 

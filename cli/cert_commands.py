@@ -2,13 +2,15 @@
 
 - ``certs init-ca --out DIR`` writes DIR/ca.crt and DIR/ca.key (0600), creating DIR;
 - ``certs issue --ca DIR --name NAME --out DIR`` writes DIR/tls.crt, DIR/tls.key (0600)
-  and DIR/ca.crt (a copy of the CA certificate): the layout of a Kubernetes TLS Secret,
-  which the agent reads from ``swarm.certificate_dirs``;
+  and DIR/ca.crt (the CA certificate alone, re-serialised; a CA file that holds a key
+  too is refused): the layout of a Kubernetes TLS Secret, which the agent reads from
+  ``swarm.certificate_dirs``;
 - ``certs show FILE`` prints a certificate's subject, issuer, SAN, validity, SHA-256
   fingerprint and whether it is a CA.
 
-No existing file is replaced without ``--force``; each file is written atomically, and a
-command that fails leaves nothing it wrote behind. The certificate code (and
+No existing file is replaced without ``--force``; a command writes all its files or none
+(temporary files first, renamed into place at the end), and one that fails leaves nothing
+it wrote behind and every file it would have replaced as it was. The certificate code (and
 cryptography) is imported when a handler runs. docs/private-swarm.md has the rest.
 """
 
@@ -18,6 +20,7 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -76,13 +79,13 @@ def run_init_ca(args: argparse.Namespace) -> int:
     targets = [out / CA_CERTIFICATE, out / CA_KEY]
     _check_targets(targets, force=args.force)
     cert, key = _certificate_call(make_ca, args.name, days=args.days, now=_now())
-    write_files(out, [(targets[0], cert, PUBLIC_MODE), (targets[1], key, KEY_MODE)], force=args.force)
+    write_files(out, [(targets[1], key, KEY_MODE), (targets[0], cert, PUBLIC_MODE)], force=args.force)
     print(f"wrote {targets[0]} and {targets[1]} (keep {CA_KEY} offline: it signs agent certificates)")
     return 0
 
 
 def run_issue(args: argparse.Namespace) -> int:
-    from bloomswarm.common.tls_identity import issue_certificate
+    from bloomswarm.common.tls_identity import ca_certificate_pem, issue_certificate
 
     ca_dir: Path = args.ca
     out: Path = args.out
@@ -94,8 +97,12 @@ def run_issue(args: argparse.Namespace) -> int:
     _check_targets(targets, force=args.force)
     cert, key = _certificate_call(issue_certificate, ca_cert, ca_key, name=args.name, days=args.days,
                                   now=_now())
-    write_files(out, [(targets[0], cert, PUBLIC_MODE), (targets[1], key, KEY_MODE),
-                      (targets[2], ca_cert, PUBLIC_MODE)], force=args.force)
+    try:  # only the certificate goes to the agent, never a key bundled with it
+        ca_copy = ca_certificate_pem(ca_cert)
+    except FormatError as exc:
+        raise CertificateError(f"{ca_dir / CA_CERTIFICATE}: {exc}") from exc
+    write_files(out, [(targets[1], key, KEY_MODE), (targets[0], cert, PUBLIC_MODE),
+                      (targets[2], ca_copy, PUBLIC_MODE)], force=args.force)
     print(f"wrote {targets[0]}, {targets[1]} and {targets[2]} for {args.name!r}")
     return 0
 
@@ -148,23 +155,67 @@ def _check_targets(targets: Sequence[Path], *, force: bool) -> None:
 
 
 def write_files(directory: Path, files: Sequence[tuple[Path, bytes, int]], *, force: bool) -> None:
-    """Create ``directory`` if needed and write each (path, data, mode) atomically. On any
-    failure, remove the files written so far and the directory if this call created it;
-    without ``force`` an existing file is never replaced (FileExistsError)."""
-    from bloomswarm.common.atomic_file import write_atomically
+    """Write every (path, data, mode), all or nothing, creating ``directory`` if needed.
+
+    Each file goes to a temporary file beside its target (written, fsynced), then all are
+    renamed into place in the order given (keys before their certificates). A failure
+    before the renames removes only the temporaries (and ``directory`` if this call
+    created it): a file that ``force`` would have replaced is left as it was. A failure
+    among the renames (each atomic) also removes the files placed that did not exist
+    before. Without ``force`` an existing target is never replaced (FileExistsError)."""
+    from bloomswarm.common.atomic_file import fsync_directory
 
     created = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
+    temporaries: list[Path] = []
+    placed: list[Path] = []
     try:
         for path, data, mode in files:
-            write_atomically(path, [data], mode=mode, overwrite=force)
-            written.append(path)
+            temporaries.append(_write_temporary(path, data, mode))
+        for temporary, (path, _, _) in zip(temporaries, files, strict=True):
+            new = not os.path.lexists(path)
+            _place(temporary, path, force=force)
+            if new:
+                placed.append(path)
+        fsync_directory(directory)
     except BaseException:
-        for path in written:
+        for path in temporaries + placed:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         if created:
             with contextlib.suppress(OSError):
                 directory.rmdir()
         raise
+
+
+def _write_temporary(path: Path, data: bytes, mode: int) -> Path:
+    """``data`` in a new file ``.tmp-NAME.*`` beside ``path``, with ``mode``, fsynced; an
+    OSError names ``path``."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".tmp-{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    temporary = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fchmod(out.fileno(), mode)
+            os.fsync(out.fileno())
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
+    return temporary
+
+
+def _place(temporary: Path, path: Path, *, force: bool) -> None:
+    """Rename ``temporary`` to ``path`` (atomic); without ``force`` never over an existing
+    file (a hard link, then the temporary removed)."""
+    if force:
+        os.replace(temporary, path)
+    else:
+        os.link(temporary, path)
+        os.unlink(temporary)

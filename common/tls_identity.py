@@ -16,6 +16,9 @@ What this module does, and what it leaves to the agent:
 - :func:`identity_for` picks, for one torrent's CA, the identity that CA issued (the one
   that expires last): during a CA rotation an agent holds one identity per CA and each
   torrent gets its own (docs/private-swarm.md).
+- :func:`ca_certificate_pem` is what a CA file may hand on (into torrents, into an
+  agent's directory): its one CA certificate, re-serialised; a file that holds a private
+  key too is refused, so a cert+key bundle never leaks the CA key.
 - :func:`make_ca` and :func:`issue_certificate` make the fleet CA and agent certificates
   (``bloomswarm certs``): EC P-256 keys, SHA-256 signatures, no extendedKeyUsage; the CA
   with BasicConstraints ca=True, path length 0, critical; the leaf with SAN DNS ``*`` and
@@ -61,11 +64,16 @@ _SIGNING_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519P
 CERTIFICATE_SUFFIX = ".crt"
 KEY_SUFFIX = ".key"
 
+_PRIVATE_KEY = b"PRIVATE KEY"
+"""What every PEM private-key header holds (PKCS#8, SEC1, PKCS#1, encrypted, OpenSSH)."""
+
 
 @dataclass(frozen=True)
 class TlsIdentity:
     """One certificate and its private key, as the agent hands them to libtorrent
-    (``torrent_handle.set_ssl_certificate_buffer(certificate_pem, key_pem, "")``)."""
+    (``torrent_handle.set_ssl_certificate_buffer(certificate_pem, key_pem, dh_params)``,
+    ``dh_params`` being the RFC 7919 ffdhe2048 group, agent/swarm.py ``FFDHE2048_PEM``:
+    libtorrent always loads DH parameters and posts an error alert for an empty string)."""
 
     certificate: Path
     """The certificate file it was read from."""
@@ -219,6 +227,28 @@ def check_ca(ca_pem: bytes | str) -> None:
     if not _is_ca(cert):
         subject = cert.subject.rfc4514_string()
         raise FormatError(f"not a CA certificate ({subject}: no BasicConstraints ca=True)")
+
+
+def ca_certificate_pem(data: bytes) -> bytes:
+    """The CA certificate in ``data`` (a CA file's bytes), re-serialised: only that
+    certificate's PEM, whatever else surrounded it, so nothing but the certificate is ever
+    handed on (into every torrent, into an agent's directory).
+
+    FormatError, one line, when ``data`` holds a private key (any ``PRIVATE KEY`` PEM
+    block: a cert+key bundle must never be published), no certificate or more than one,
+    or a certificate that is not a CA (:func:`check_ca`).
+    """
+    if _PRIVATE_KEY in data:
+        raise FormatError("holds a private key: give the CA certificate alone (the key stays apart)")
+    try:
+        certificates = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise FormatError("the CA is not a PEM certificate") from exc
+    if len(certificates) != 1:
+        raise FormatError(f"holds {len(certificates)} certificates: give the CA certificate alone")
+    pem = certificates[0].public_bytes(serialization.Encoding.PEM)
+    check_ca(pem)
+    return pem
 
 
 def _load_certificate(pem: bytes | str, what: str) -> x509.Certificate:

@@ -71,17 +71,18 @@ class SwarmCA:
 
 
 def load_swarm_ca(path: Path | None) -> SwarmCA | None:
-    """The CA certificate at ``path`` (None: public versions). ConfigError, one line, when
-    the file cannot be read or is not a CA certificate."""
+    """The CA certificate at ``path`` (None: public versions), re-serialised: only the
+    certificate goes into torrents, never other text of the file. ConfigError, one line
+    naming the file, when it cannot be read, holds a private key, or holds other than one
+    CA certificate (``ca_certificate_pem``)."""
     if path is None:
         return None
-    from bloomswarm.common.tls_identity import ca_fingerprint, check_ca
+    from bloomswarm.common.tls_identity import ca_certificate_pem, ca_fingerprint
 
     try:
-        pem = path.read_bytes()
-        check_ca(pem)
+        pem = ca_certificate_pem(path.read_bytes())
         return SwarmCA(pem=pem.decode("ascii"), sha256=ca_fingerprint(pem))
-    except (OSError, FormatError, UnicodeDecodeError) as exc:
+    except (OSError, FormatError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"swarm_ca {path}: {reason}") from exc
 

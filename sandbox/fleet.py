@@ -342,8 +342,12 @@ class LocalFleet(Service):
         return self.root / "pki" / "ca.crt"
 
     def _make_ca(self) -> None:
-        cert, key = make_ca("bloomswarm local fleet CA", days=30, now=_utc_now())
+        """The fleet CA in root/pki: the one already there (a fleet restarted on its root:
+        the agents' certificates stay valid), else a new one."""
         pki = self.ca_certificate.parent
+        if self.ca_certificate.is_file() and (pki / "ca.key").is_file():
+            return
+        cert, key = make_ca("bloomswarm local fleet CA", days=30, now=_utc_now())
         pki.mkdir(parents=True, exist_ok=True)
         self.ca_certificate.write_bytes(cert)
         (pki / "ca.key").write_bytes(key)

@@ -267,12 +267,14 @@ class WorkerProcess:
     ``stop()`` asks it to stop, then terminates and finally kills it, always by its own
     PID; ``kill()`` sends SIGKILL at once. stderr goes to a log file (``log_tail()``).
     ``prefix`` is put before the command, e.g. ``["ip", "netns", "exec", NAME]`` to run
-    the worker in a network namespace (a prefix that execs the command keeps its PID).
+    the worker in a network namespace (a prefix that execs the command keeps its PID);
+    ``env`` adds environment variables (e.g. ``SSL_CERT_FILE`` for a test's HTTPS origin).
     """
 
     def __init__(self, spec: Report, *, name: str = "worker", cwd: Path | None = None,
-                 prefix: Sequence[str] = ()) -> None:
+                 prefix: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         self.spec = spec
+        self.env = dict(env or {})
         self.name = name
         self.cwd = cwd
         self.prefix = list(prefix)
@@ -311,7 +313,7 @@ class WorkerProcess:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 cwd=self.cwd,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -18,19 +18,28 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import ipaddress
 import os
 import shutil
 import signal
+import ssl
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.tls_identity import issue_certificate, make_ca
+from bloomswarm.sandbox.http_range import parse_range
 from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.swarm_worker import WorkerProcess
 from bloomswarm.sandbox.tracker import OpenTracker
@@ -57,8 +66,9 @@ def workers() -> Iterator[Callable[..., WorkerProcess]]:
     """Start swarm workers; every one is stopped (by its PID) and cleaned up afterwards."""
     started: list[WorkerProcess] = []
 
-    def start(spec: dict[str, Any], name: str, prefix: tuple[str, ...] = ()) -> WorkerProcess:
-        worker = WorkerProcess(spec, name=name, prefix=prefix)
+    def start(spec: dict[str, Any], name: str, prefix: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(spec, name=name, prefix=prefix, env=env)
         started.append(worker)
         return worker.start()
 
@@ -217,3 +227,92 @@ def test_a_peer_outside_the_allowed_networks_is_refused(
     outsider.wait_for(lambda r: int(r.get("attempts", 0)) >= 6, timeout=30)
     assert _outsider_bytes(outsider) == 0
     assert _refused(seed).get("address", 0) >= 1
+
+
+# --- an HTTPS origin ------------------------------------------------------------------------
+
+
+class _HttpsFile:
+    """``path`` served with byte ranges over TLS on 127.0.0.1, under a certificate for
+    127.0.0.1 from a CA of its own (``ca_file``, to be trusted through SSL_CERT_FILE)."""
+
+    def __init__(self, path: Path, directory: Path) -> None:
+        self.path = path
+        self.sent = 0
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test origin")])
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(x509.random_serial_number())
+                .not_valid_before(NOW - datetime.timedelta(minutes=5))
+                .not_valid_after(NOW + datetime.timedelta(days=2))
+                .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                               critical=False)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(key, hashes.SHA256()))
+        self.ca_file = directory / "origin-ca.pem"
+        self.ca_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_file = directory / "origin-key.pem"
+        key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.ca_file, key_file)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self._server.server_address[1]}/{self.path.name}"
+
+    def __enter__(self) -> _HttpsFile:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        origin = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                data = origin.path.read_bytes()
+                span = parse_range(self.headers.get("Range"), len(data))
+                first, last = span if span is not None else (0, len(data) - 1)
+                self.send_response(206 if span is not None else 200)
+                self.send_header("Content-Length", str(last - first + 1))
+                if span is not None:
+                    self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                self.end_headers()
+                self.wfile.write(data[first:last + 1])
+                origin.sent += last - first + 1
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler
+
+
+def test_a_private_version_downloads_from_an_https_origin(
+    tmp_path: Path, workers: Callable[..., WorkerProcess]
+) -> None:
+    """libtorrent checks an HTTPS web seed of an SSL torrent against the torrent's CA, so
+    the agent hands it the origin through its loopback relay (agent/origin_relay.py),
+    which checks the origin's certificate against the trust store (here SSL_CERT_FILE)."""
+    ca = make_ca("fleet", days=60, now=NOW)
+    source = tmp_path / "source"
+    source.mkdir()
+    write_random_file(source / "filter.bsf", FILE_SIZE)
+    torrent = make_test_torrent(source / "filter.bsf", v1_only=True, root_cert=ca[0].decode())
+    with _HttpsFile(source / "filter.bsf", tmp_path) as origin:
+        swarm = _swarm(certificate_dirs=[str(_identity(tmp_path / "id", ca, "agent"))],
+                       allow_private_origin=True)
+        agent = workers(_spec(torrent, tmp_path / "agent", swarm, "download", origin_url=origin.url,
+                              origin_url_ttl=None), "agent", env={"SSL_CERT_FILE": str(origin.ca_file)})
+        done = agent.wait_finished(90)
+    assert done["bytes_from_origin"] == FILE_SIZE and done["error"] is None
+    assert origin.sent >= FILE_SIZE
+    assert file_sha256(tmp_path / "agent" / "filter.bsf") == torrent.sha256

@@ -383,3 +383,19 @@ def test_refused_peers_and_certificate_expiry_reach_metrics_and_status(
     assert status["certificates"] == [{"certificate": "/certs/tls.crt", "subject": "CN=agent",
                                        "expires_in_s": -5.0}]
     assert daemon.metrics.is_ready and daemon.layout.current_version() == 1
+
+
+def test_under_require_private_an_installed_public_version_serves_but_is_not_seeded(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
+) -> None:
+    """A version installed before the switch to private mode stays current after a
+    restart, but is not put on an open swarm (nor is a public version rolled back to)."""
+    publish(store, ["a"])
+    first = _agent(tmp_path, origin, daemons)
+    run_until(first, lambda: installed(first, 1))
+    first.shutdown()
+    (tmp_path / "certs").mkdir()
+    swarm = SwarmConfig(certificate_dirs=(tmp_path / "certs",), require_private=True)
+    restarted = _agent(tmp_path, origin, daemons, swarm=swarm)
+    assert restarted.layout.current_version() == 1
+    assert 1 not in restarted.transfer.versions()

@@ -125,3 +125,15 @@ def test_stop_releases_the_port() -> None:
     again = StatusServer(AgentMetrics(), dict, "127.0.0.1", server.port)
     assert again.start() == url
     again.stop()
+
+
+def test_a_certificate_no_longer_held_loses_its_expiry_series() -> None:
+    from bloomswarm.agent.certificates import CertificateState
+
+    metrics = AgentMetrics()
+    metrics.observe_peer_access({}, [CertificateState("/c/old.crt", "CN=a", 100.0),
+                                     CertificateState("/c/new.crt", "CN=a", 9e6)])
+    metrics.observe_peer_access({}, [CertificateState("/c/new.crt", "CN=a", 9e6 - 1)])
+    samples = metrics.samples()
+    assert 'bloomswarm_agent_certificate_expiry_seconds{certificate="/c/old.crt"}' not in samples
+    assert samples['bloomswarm_agent_certificate_expiry_seconds{certificate="/c/new.crt"}'] == 9e6 - 1

@@ -5,7 +5,6 @@ exit code 1 or 2, and nothing written."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -145,6 +144,25 @@ def _leaf_as_ca(root: Path) -> Path:
     return root / "leaf"
 
 
+def _bundled_ca(root: Path, *, key_first: bool = False) -> Path:
+    """A CA directory whose ca.crt holds the CA key too (a cert+key bundle)."""
+    main(["certs", "init-ca", "--out", str(root / "bundle")])
+    cert, key = (root / "bundle" / "ca.crt").read_bytes(), (root / "bundle" / "ca.key").read_bytes()
+    (root / "bundle" / "ca.crt").write_bytes(key + cert if key_first else cert + key)
+    return root / "bundle"
+
+
+def _two_cas(root: Path) -> Path:
+    main(["certs", "init-ca", "--out", str(root / "two-cas")])
+    main(["certs", "init-ca", "--out", str(root / "other")])
+    with (root / "two-cas" / "ca.crt").open("ab") as out:
+        out.write((root / "other" / "ca.crt").read_bytes())
+    return root / "two-cas"
+
+
+BUNDLE = "{ca}/ca.crt: holds a private key: give the CA certificate alone (the key stays apart)"
+
+
 @pytest.mark.parametrize(("make", "message"), [
     (lambda root: root / "missing", "cannot read the CA: {ca}/ca.crt: No such file or directory"),
     (lambda root: (root / "empty").mkdir() or root / "empty",
@@ -152,7 +170,10 @@ def _leaf_as_ca(root: Path) -> Path:
     (_junk_ca, "the CA certificate is not a PEM certificate"),
     (_mismatched_ca, "the CA key does not match the CA certificate"),
     (_leaf_as_ca, "not a CA certificate (CN=n: no BasicConstraints ca=True)"),
-], ids=["missing", "empty", "junk", "mismatched key", "a leaf"])
+    (_bundled_ca, BUNDLE),
+    (lambda root: _bundled_ca(root, key_first=True), BUNDLE),
+    (_two_cas, "{ca}/ca.crt: holds 2 certificates: give the CA certificate alone"),
+], ids=["missing", "empty", "junk", "mismatched key", "a leaf", "cert+key", "key+cert", "two CAs"])
 def test_a_bad_ca_directory_is_one_line_exit_1_and_no_files(
     make: object, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,25 +219,74 @@ def test_refusals_are_one_line_and_write_nothing(
     assert _tree(tmp_path) == before
 
 
+def test_the_agent_gets_the_ca_certificate_alone(ca: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """agent/ca.crt is the re-serialised certificate: text around it in the CA's file is
+    left out."""
+    cert = (ca / "ca.crt").read_bytes()
+    (ca / "ca.crt").write_bytes(b"subject=CN = bloomswarm fleet CA\n" + cert + b"trailing junk\n")
+    assert run(["certs", "issue", "--ca", "ca", "--name", "n", "--out", "agent"], capsys)[0] == 0
+    assert (tmp_path / "agent" / "ca.crt").read_bytes() == cert
+
+
+def _fail_call(monkeypatch: pytest.MonkeyPatch, name: str, failing_call: int) -> list[Path]:
+    """Make call number ``failing_call`` of ``cert_commands.<name>`` fail (the disk is full);
+    returns the paths it was called with."""
+    from bloomswarm import cert_commands
+
+    real = getattr(cert_commands, name)
+    calls: list[Path] = []
+
+    def failing(*args: object, **kwargs: object) -> object:
+        path = args[0] if name == "_write_temporary" else args[1]
+        calls.append(path)  # type: ignore[arg-type]
+        if len(calls) == failing_call:
+            raise OSError(28, "No space left on device", str(path))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cert_commands, name, failing)
+    return calls
+
+
 def test_a_write_that_fails_halfway_leaves_nothing(ca: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The third file fails (here: the disk is full): the two written are removed, and the
-    directory the command created too."""
-    from bloomswarm.common import atomic_file
-
-    real = atomic_file.write_atomically
-    calls = []
-
-    def failing(path: os.PathLike[str] | str, *args: object, **kwargs: object) -> None:
-        calls.append(path)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device", str(path))
-        real(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(atomic_file, "write_atomically", failing)
+    """The third file fails (here: the disk is full): the temporaries written are removed,
+    and the directory the command created too."""
+    calls = _fail_call(monkeypatch, "_write_temporary", 3)
     before = _tree(tmp_path)
     code, _, err = run(["certs", "issue", "--ca", "ca", "--name", "n", "--out", "agent"], capsys)
     assert code == 1 and err == "bloomswarm certs: error: No space left on device: agent/ca.crt\n"
-    assert len(calls) == 3
+    assert [p.name for p in calls] == ["tls.key", "tls.crt", "ca.crt"], "keys first"
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["certs", "init-ca", "--out", "ca", "--force"],
+    ["certs", "issue", "--ca", "ca", "--name", "n", "--out", "agent", "--force"],
+], ids=["init-ca", "issue"])
+def test_with_force_a_failure_halfway_keeps_every_old_file(
+    argv: list[str], ca: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """All or nothing: the second file fails, and the first is not renamed over its old
+    one either (a new ca.crt beside the old ca.key would lose the CA)."""
+    assert run(["certs", "issue", "--ca", "ca", "--name", "n", "--out", "agent"], capsys)[0] == 0
+    _fail_call(monkeypatch, "_write_temporary", 2)
+    before = _tree(tmp_path)
+    code, out, err = run(argv, capsys)
+    assert (code, out) == (1, "") and err.startswith("bloomswarm certs: error: No space left on device: ")
+    assert _tree(tmp_path) == before
+
+
+def test_a_rename_that_fails_removes_the_new_files_placed(ca: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --force every target is new: when the second rename fails, the first file
+    placed and the temporaries are removed."""
+    calls = _fail_call(monkeypatch, "_place", 2)
+    before = _tree(tmp_path)
+    code, _, err = run(["certs", "issue", "--ca", "ca", "--name", "n", "--out", "agent"], capsys)
+    assert code == 1 and err == "bloomswarm certs: error: No space left on device: agent/tls.crt\n"
+    assert [p.name for p in calls] == ["tls.key", "tls.crt"]
     assert _tree(tmp_path) == before

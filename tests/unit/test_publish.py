@@ -364,17 +364,47 @@ def test_a_private_version_puts_the_ca_into_every_torrent_and_its_fingerprint_in
     assert again.status == "unchanged"
 
 
-@pytest.mark.parametrize("content", [None, b"not a certificate", "leaf"])
-def test_a_bad_swarm_ca_stops_the_publish_before_anything_is_written(tmp_path: Path,
-                                                                      content: bytes | str | None) -> None:
+@pytest.mark.parametrize(("content", "reason"), [
+    (None, "No such file or directory"),
+    (b"not a certificate", "the CA is not a PEM certificate"),
+    ("leaf", "not a CA certificate"),
+    ("cert+key", "holds a private key"),
+    ("key+cert", "holds a private key"),
+    ("two CAs", "holds 2 certificates"),
+])
+def test_a_bad_swarm_ca_stops_the_publish_before_anything_is_written(
+    tmp_path: Path, content: bytes | str | None, reason: str,
+) -> None:
+    """A CA file bundled with its key (or holding anything but one CA certificate) is
+    refused with one line naming the file: the key must never reach a torrent."""
     path = tmp_path / "ca.crt"
     now = datetime.datetime.now(datetime.timezone.utc)
-    if content == "leaf":
-        ca = make_ca("fleet", days=30, now=now)
-        path.write_bytes(issue_certificate(ca[0], ca[1], name="agent", days=10, now=now)[0])
-    elif isinstance(content, bytes):
+    ca = make_ca("fleet", days=30, now=now)
+    files = {"leaf": issue_certificate(ca[0], ca[1], name="agent", days=10, now=now)[0],
+             "cert+key": ca[0] + ca[1], "key+cert": ca[1] + ca[0],
+             "two CAs": ca[0] + make_ca("other", days=30, now=now)[0]}
+    if isinstance(content, bytes):
         path.write_bytes(content)
+    elif content is not None:
+        path.write_bytes(files[content])
     store = MemoryObjectStore()
-    with pytest.raises(ConfigError, match="swarm_ca"):
+    with pytest.raises(ConfigError) as raised:
         publish_filter(store, make_config(swarm_ca=path), make_builder(["a"]), KEY, "x", progress=False)
+    message = str(raised.value)
+    assert message.startswith(f"swarm_ca {path}: ") and reason in message and "\n" not in message
     assert store.list() == []
+
+
+def test_a_private_torrent_carries_the_ca_certificate_alone(tmp_path: Path) -> None:
+    """Only the re-serialised certificate goes into the torrents: text around it in the
+    file (here a comment and trailing junk) is left out, and no key is ever there."""
+    ca = make_ca("fleet", days=30, now=datetime.datetime.now(datetime.timezone.utc))[0]
+    (tmp_path / "ca.crt").write_bytes(b"# fleet CA\n" + ca + b"trailing junk\n")
+    store = MemoryObjectStore()
+    result = publish_filter(store, make_config(swarm_ca=tmp_path / "ca.crt"), make_builder(["a"]), KEY,
+                            "x", progress=False)
+    stored = store.get(result.manifest.torrent_key)
+    assert stored is not None
+    assert ca in stored.data and b"PRIVATE KEY" not in stored.data
+    assert b"junk" not in stored.data and b"# fleet CA" not in stored.data
+    assert result.manifest.swarm_ca_sha256 == ca_fingerprint(ca)

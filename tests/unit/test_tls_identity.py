@@ -21,6 +21,7 @@ from bloomswarm.common.errors import CertificateError, ConfigError, FormatError
 from bloomswarm.common.tls_identity import (
     CLOCK_SKEW,
     TlsIdentity,
+    ca_certificate_pem,
     ca_fingerprint,
     check_ca,
     describe_certificate,
@@ -296,6 +297,40 @@ def test_check_ca() -> None:
         check_ca(LEAF_PEM)
     with pytest.raises(FormatError, match=r"^the CA is not a PEM certificate$"):
         check_ca(b"junk")
+
+
+def test_ca_certificate_pem_is_the_certificate_alone() -> None:
+    """What is handed on is the re-serialised certificate: text around it, CRLF line ends
+    and trailing junk are dropped; the fingerprint is unchanged."""
+    assert ca_certificate_pem(CA_PEM) == CA_PEM
+    noisy = b"subject=CN = fleet CA\r\n" + CA_PEM.replace(b"\n", b"\r\n") + b"trailing junk\n\x00\xff"
+    assert ca_certificate_pem(noisy) == CA_PEM
+    assert ca_fingerprint(ca_certificate_pem(noisy)) == ca_fingerprint(CA_PEM)
+
+
+_SEC1_KEY = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption())
+_ENCRYPTED_KEY = ec.generate_private_key(ec.SECP256R1()).private_bytes(
+    serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+    serialization.BestAvailableEncryption(b"secret"))
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (CA_PEM + CA_KEY, r"^holds a private key: give the CA certificate alone \(the key stays apart\)$"),
+    (CA_KEY + CA_PEM, r"^holds a private key: give the CA certificate alone \(the key stays apart\)$"),
+    (CA_PEM + _SEC1_KEY, r"^holds a private key: "),
+    (_ENCRYPTED_KEY + CA_PEM, r"^holds a private key: "),
+    (CA_KEY, r"^holds a private key: "),
+    (CA_PEM + OTHER_CA_PEM, r"^holds 2 certificates: give the CA certificate alone$"),
+    (CA_PEM + LEAF_PEM, r"^holds 2 certificates: give the CA certificate alone$"),
+    (LEAF_PEM, r"^not a CA certificate \(CN=node-1: no BasicConstraints ca=True\)$"),
+    (b"", r"^the CA is not a PEM certificate$"),
+    (b"junk", r"^the CA is not a PEM certificate$"),
+], ids=["cert+key", "key+cert", "cert+sec1 key", "encrypted key+cert", "a key alone", "two CAs",
+        "chain", "a leaf", "empty", "junk"])
+def test_ca_certificate_pem_refuses_keys_and_anything_but_one_ca(data: bytes, message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        ca_certificate_pem(data)
 
 
 # --- the certificates made here ------------------------------------------------------------
