@@ -41,11 +41,6 @@ from bloomswarm.agent.config import SwarmConfig
 MIB = 1 << 20
 GIB = 1 << 30
 ROOT = Path(__file__).resolve().parent.parent
-HISTORIC_CALIBRATION_SWARM = SwarmConfig(origin_grace_s=1.0, origin_stagger_s=1.0, origin_starved_s=1.0,
-                                         origin_request_bytes=1 * MIB)
-"""The [swarm] settings docs/benchmarks/swarm.json (2026-11-21) was measured with
-(shortened origin waits). No longer used here: the calibration simulates the runs made on
-the agent's defaults (``SwarmConfig()``)."""
 CALIBRATION = SwarmConfig()
 """The calibration's [swarm] settings: the agent's defaults, as the measured runs had."""
 CALIBRATION_PER_AGENT_S = 0.48

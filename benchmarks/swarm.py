@@ -24,7 +24,7 @@ Every agent runs on the agent's defaults (agent/config.py): the fleet sets only
 addresses, the rate caps above and its poll interval (0.5 s). ``--swarm KEY=VALUE`` adds
 a ``[swarm]`` setting to the P2P agents, for experiments; the default run uses none.
 The published tables of docs/benchmarks/swarm.md were measured before that rule, with
-shortened origin waits (:data:`benchmarks.fleet_model.HISTORIC_CALIBRATION_SWARM`).
+shortened origin waits (1 s grace, stagger and starvation, 1 MiB origin requests).
 
 Theoretical minimum of a P2P point: every byte leaves the origin at least once at U, and
 N copies must cross links of total upload (N+1)·U, so ``max(F/U, N·F/((N+1)·U))`` =
