@@ -103,6 +103,7 @@ from .verify import CheckFailed, HashedFile, check_file, read_torrent, verify_do
 from .version_policy import Action, decide, next_sequence
 
 if TYPE_CHECKING:
+    from .certificates import CertificateState
     from .peer_access import PeerAccess
 
 log = logging.getLogger("bloomswarm.agent")
@@ -887,8 +888,7 @@ class AgentDaemon:
         self._check_freshness()
         access = self.peer_access
         if access is not None:
-            states = access.certificates.states() if access.certificates is not None else []
-            self.metrics.observe_peer_access(access.refusals.totals, states)
+            self.metrics.observe_peer_access(access.refusals.totals, _certificate_states(access))
         statuses = [s for k in self.transfer.versions() if (s := self.transfer.status(k)) is not None]
         downloading = self._target.key if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
@@ -938,9 +938,8 @@ class AgentDaemon:
         access = self.peer_access
         if access is None:
             return None
-        states = access.certificates.states() if access.certificates is not None else []
         return {"refused_peers": dict(access.refusals.totals),
-                "certificates": [dataclasses.asdict(s) for s in states]}
+                "certificates": [dataclasses.asdict(s) for s in _certificate_states(access)]}
 
     def status(self) -> dict[str, Any]:
         """The latest status snapshot (thread-safe; served as /status). Before the first
@@ -958,6 +957,11 @@ class AgentDaemon:
 
 
 __all__ = ["AgentDaemon"]
+
+
+def _certificate_states(access: PeerAccess) -> list[CertificateState]:
+    """Each certificate's seconds left (none without certificates)."""
+    return access.certificates.states() if access.certificates is not None else []
 
 
 def _is_private(torrent: bytes) -> bool:

@@ -411,7 +411,7 @@ class Swarm:
     ) -> None:
         if self._session is None:
             raise RuntimeError("the swarm is closed")
-        self._identity_for(info)  # a private version this agent cannot join: before any change
+        identity = self._identity_for(info)  # a private version it cannot join: before any change
         hashes = str(info.info_hashes().v1), str(info.info_hashes().v2)
         for other in self._torrents.values():
             other_hashes = str(other.info.info_hashes().v1), str(other.info.info_hashes().v2)
@@ -425,7 +425,7 @@ class Swarm:
                 previous.snapshot()  # count the old handle's last bytes before it goes
             self.remove(key)
         try:
-            handle = self._add_handle(info, params, save_dir, web_seed=None)
+            handle = self._add_handle(info, params, save_dir, web_seed=None, identity=identity)
         except RuntimeError as exc:
             raise ValueError(f"{key_label(key)}: libtorrent refused the torrent: {exc}") from exc
         now = self._clock()
@@ -466,11 +466,11 @@ class Swarm:
         )
 
     def _add_handle(self, info: lt.torrent_info, params: lt.add_torrent_params, save_dir: Path,
-                    *, web_seed: str | None) -> lt.torrent_handle:
+                    *, web_seed: str | None, identity: TlsIdentity | None = None) -> lt.torrent_handle:
         """Add ``info`` to the session with the configured trackers only, and no web seed
         but ``web_seed`` (one written into the torrent is unsigned, one remembered by resume
-        data may have expired), and for a private version the certificate of its CA.
-        RuntimeError when libtorrent refuses it, CertificateError without a certificate."""
+        data may have expired), and for a private version ``identity``, the certificate of
+        its CA. RuntimeError when libtorrent refuses it."""
         params.ti = info
         params.save_path = str(save_dir)
         params.flags &= ~lt.torrent_flags.auto_managed
@@ -482,7 +482,6 @@ class Swarm:
             params.tracker_tiers = list(params.tracker_tiers) + [0] * len(trackers)
         params.url_seeds = [] if web_seed is None else [web_seed]
         params.http_seeds = []
-        identity = self._identity_for(info)
         handle = self._ses.add_torrent(params)
         if identity is not None:
             _set_certificate(handle, identity)
@@ -541,7 +540,7 @@ class Swarm:
         self._resume.pop(old, None)
         try:
             handle = self._add_handle(record.info, params, record.save_dir, web_seed=url)
-        except (RuntimeError, CertificateError) as exc:
+        except RuntimeError as exc:
             record.error = f"libtorrent refused the torrent again with its web seed: {exc}"
             log.error("%s: %s", record.label, record.error)
             return
