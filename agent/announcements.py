@@ -120,8 +120,8 @@ def open_announcement(documents: SignedDocuments, public_keys: Sequence[VerifyKe
     ("manifest_signature"; also when it is for another version than the pointer's),
     the well-formedness of both ("format"), and the torrent ("torrent", "info_hash").
     """
-    pointer = _checked("pointer_signature", lambda: open_pointer(documents.pointer_envelope, public_keys))
-    manifest = _checked(
+    pointer = checked("pointer_signature", lambda: open_pointer(documents.pointer_envelope, public_keys))
+    manifest = checked(
         "manifest_signature",
         lambda: verify_manifest(
             documents.manifest,
@@ -134,7 +134,7 @@ def open_announcement(documents: SignedDocuments, public_keys: Sequence[VerifyKe
     return Announcement(pointer=pointer, manifest=manifest, documents=documents)
 
 
-def _checked(check: str, read: Callable[[], T]) -> T:
+def checked(check: str, read: Callable[[], T]) -> T:
     """Run ``read``; turn a VerificationError or FormatError into CheckFailed."""
     try:
         return read()
@@ -183,7 +183,7 @@ class ObjectStoreAnnouncements:
         stored = self._reader.get(LATEST_KEY, if_none_match=self._etag)
         if stored is None:
             return None
-        pointer = _checked("pointer_signature", lambda: open_pointer(stored.data, self._keys))
+        pointer = checked("pointer_signature", lambda: open_pointer(stored.data, self._keys))
         if pointer == self._last:
             self._etag = stored.etag or None
             return None
@@ -209,7 +209,7 @@ class ObjectStoreAnnouncements:
             return self._verified[1:]
         manifest = self._fetch(pointer.manifest_key)
         signature = self._fetch(signature_key_of(pointer.manifest_key))
-        verified = _checked(
+        verified = checked(
             "manifest_signature",
             lambda: verify_manifest(manifest, signature, self._keys, expected_version=pointer.version),
         )
@@ -342,5 +342,6 @@ __all__ = [
     "ObjectStoreAnnouncements",
     "PresignedPollReader",
     "SignedDocuments",
+    "checked",
     "open_announcement",
 ]

@@ -19,12 +19,19 @@ environment upper-cases it with ``_`` for ``.`` behind ``BLOOMSWARM_AGENT_``::
     [watch]
     poll_interval_s = 2.0                               # BLOOMSWARM_AGENT_WATCH_POLL_INTERVAL_S
 
+    [[filters]]                                         # named filters: the file only
+    name = "blocklist"
+
 The ``[s3]`` table takes every field of :class:`~bloomswarm.common.storage.S3Config`;
 credentials come from boto3's standard chain, never from here. docs/agent.md lists every
 setting. An unknown setting — in the file or as a ``BLOOMSWARM_AGENT_*`` variable — or a
 value of the wrong type (nan or inf where a number belongs, a string where a bool does)
 raises ConfigError naming it, in every table alike: :mod:`bloomswarm.common.settings`
 does the reading and checking for both components; the dataclasses check ranges.
+
+``[[filters]]`` tables (:mod:`.filter_config`) list the named filters the agent follows;
+they are no setting: the file alone gives them (``BLOOMSWARM_AGENT_FILTERS`` is refused).
+Without them the agent follows the one filter at the bucket prefix, as it always has.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ from typing import Any, Literal
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.settings import SettingsLoader
 from bloomswarm.common.storage import S3Config
+
+from .filter_config import FILTERS_KEY, FilterConfig, check_filters, filters_from_toml
 
 ENV_PREFIX = "BLOOMSWARM_AGENT_"
 CONFIG_ENV = "BLOOMSWARM_AGENT_CONFIG"
@@ -123,6 +132,10 @@ class SwarmConfig:
     origin_retry_s: float = 10.0
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""
+    direct_max_bytes: int = 0
+    """A filter file of at most this many bytes is fetched from the origin with one plain
+    HTTP GET instead of through the swarm, and not seeded (agent/size_routed_transfer.py;
+    deltas always use the swarm). 0: every file through the swarm."""
     origin_url_refresh_s: float = 300.0
     """A URL with an expiry is replaced this many seconds before it expires (or at half
     its remaining lifetime, whichever comes first)."""
@@ -181,6 +194,8 @@ class SwarmConfig:
             raise ConfigError("swarm.origin_stripes must be at least 1")
         if self.origin_request_bytes < BLOCK_SIZE:
             raise ConfigError(f"swarm.origin_request_bytes must be at least {BLOCK_SIZE}")
+        if self.direct_max_bytes < 0:
+            raise ConfigError("swarm.direct_max_bytes must be 0 (off) or positive")
         if self.connections_limit < 2 or self.alert_queue_size < 1000:
             raise ConfigError("swarm.connections_limit must be >= 2, alert_queue_size >= 1000")
         if self.unchoke_slots == 0 or self.unchoke_slots < -1:
@@ -350,8 +365,16 @@ class AgentConfig:
     """The direct transfer's settings (``[direct]`` table)."""
     swarm: SwarmConfig = field(default_factory=SwarmConfig)
     """The libtorrent transfer's settings (``[swarm]`` table)."""
+    filters: tuple[FilterConfig, ...] = ()
+    """Named filters to follow (``[[filters]]`` tables, the file only); empty: the one
+    filter at the bucket prefix (a single-filter data directory)."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.filters, tuple) or not all(
+            isinstance(entry, FilterConfig) for entry in self.filters
+        ):
+            raise ConfigError("filters must be a tuple of FilterConfig")
+        check_filters(self.filters)
         if not self.public_keys:
             raise ConfigError("no public_keys: pin at least one publisher key")
         if (self.s3 is None) == (self.origin.cdn_base_url is None):
@@ -365,7 +388,8 @@ class AgentConfig:
 # --- loading ----------------------------------------------------------------------------------
 
 _LOADER = SettingsLoader(
-    AgentConfig, env_prefix=ENV_PREFIX, strict=True, ignore_env=(CONFIG_ENV,), scalar_lists=True
+    AgentConfig, env_prefix=ENV_PREFIX, strict=True, ignore_env=(CONFIG_ENV,), scalar_lists=True,
+    exclude=(FILTERS_KEY,),
 )
 
 TABLES: dict[str, Any] = _LOADER.tables
@@ -399,12 +423,25 @@ def load_config(
     ``overrides`` maps dotted names to flag values; None values are ignored (the flag was
     not given). Raises ConfigError for an unreadable or invalid file, an unknown setting
     (file, ``BLOOMSWARM_AGENT_*`` variable or override), a value of the wrong type, or a
-    missing required setting.
+    missing required setting, and bad ``[[filters]]`` tables (see :mod:`.filter_config`).
     """
-    return _assemble(_LOADER.load(path, environ=environ, overrides=overrides))
+    variable = env_name(FILTERS_KEY)
+    if environ is not None and variable in environ:
+        raise ConfigError(f"{variable}: filters cannot come from the environment; "
+                          f"list them as [[filters]] tables in the config file")
+    values: dict[str, object] = {}
+    filters: tuple[FilterConfig, ...] = ()
+    if path is not None:
+        where = f"config file {path}"
+        document = _LOADER.read_document(path)
+        if FILTERS_KEY in document:
+            filters = filters_from_toml(document.pop(FILTERS_KEY), where)
+        values.update(_LOADER.document_values(document, where))
+    values.update(_LOADER.load(None, environ=environ, overrides=overrides))
+    return _assemble(values, filters)
 
 
-def _assemble(values: Mapping[str, object]) -> AgentConfig:
+def _assemble(values: Mapping[str, object], filters: tuple[FilterConfig, ...] = ()) -> AgentConfig:
     for required in ("data_dir", "public_keys"):
         if required not in values:
             raise ConfigError(
@@ -414,7 +451,7 @@ def _assemble(values: Mapping[str, object]) -> AgentConfig:
         raise ConfigError(f"[s3] needs a bucket ({env_name('s3.bucket')})")
     fields = _LOADER.fields(values)
     try:
-        return AgentConfig(**fields)  # type: ignore[arg-type]
+        return AgentConfig(**fields, filters=filters)  # type: ignore[arg-type]
     except TypeError as exc:  # a dataclass refusing a value it cannot take
         raise ConfigError(f"invalid agent configuration: {exc}") from exc
 
@@ -425,6 +462,7 @@ __all__ = [
     "SETTINGS",
     "AgentConfig",
     "DirectConfig",
+    "FilterConfig",
     "InstallConfig",
     "OriginConfig",
     "StatusConfig",

@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from bloomswarm.common.atomic_file import write_atomically
 from bloomswarm.common.datadir import DataDir
@@ -69,6 +69,7 @@ from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.signing import VerifyKey
 
 from .announcements import Announcement, AnnouncementSource, SignedDocuments, open_announcement
+from .background_call import BackgroundCall
 from .backoff import Backoff
 from .config import AgentConfig
 from .deltas import (
@@ -107,7 +108,6 @@ if TYPE_CHECKING:
     from .peer_access import PeerAccess
 
 log = logging.getLogger("bloomswarm.agent")
-T = TypeVar("T")
 SLOW_POLL_S = 30.0
 """A background poll under way for this long is logged (once) as slow."""
 
@@ -141,7 +141,7 @@ class _Target:
     """The delta fetched instead of the file; None: the file (no delta, or it failed)."""
     delta_progress: tuple[int, float] = (0, 0.0)
     """Bytes of the delta received, and the monotonic time they last grew (stall check)."""
-    applying: _BackgroundCall[tuple[HashedFile, TransferStatus]] | None = None
+    applying: BackgroundCall[tuple[HashedFile, TransferStatus]] | None = None
     """The finished delta's apply under way (on a worker thread with background work)."""
     applied: HashedFile | None = None
     """The file the delta's apply wrote, with the SHA-256 it computed while writing it, for
@@ -220,7 +220,7 @@ class AgentDaemon:
         self._nothing_published = False
         self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
         self._background_polls = background_polls
-        self._pending_poll: _BackgroundCall[_Polled | None] | None = None
+        self._pending_poll: BackgroundCall[_Polled | None] | None = None
         self._slow_poll_logged = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -231,7 +231,7 @@ class AgentDaemon:
             self.start()
             while not stop.is_set():
                 self.step()
-                if self._target is not None or self._pending_poll is not None:
+                if self.busy:
                     # Woken by the transfer's news (a download finished: swap now), at
                     # most TICK_S apart, at least MIN_TICK_S apart.
                     self.transfer.wait(TICK_S)
@@ -311,7 +311,7 @@ class AgentDaemon:
     def _poll(self, now: float) -> None:
         self._next_poll = now + self._poll_interval()  # also when latest() has a bug
         if self._background_polls:
-            self._pending_poll = _BackgroundCall(self._latest, started_at=now)
+            self._pending_poll = BackgroundCall(self._latest, started_at=now)
             self._slow_poll_logged = False
         else:
             self._take_poll(self._latest, now)
@@ -505,7 +505,7 @@ class AgentDaemon:
         def apply() -> tuple[HashedFile, TransferStatus]:
             return apply_fetched_delta(plan, manifest, self.layout), finished
 
-        target.applying = _BackgroundCall(apply, started_at=now, name="bloomswarm-apply",
+        target.applying = BackgroundCall(apply, started_at=now, name="bloomswarm-apply",
                                           thread=self._background_polls)
         self._take_apply(target, now, wait=wait)
 
@@ -950,6 +950,15 @@ class AgentDaemon:
         return snapshot or {"ready": False, "starting": True, "current_version": None,
                             "data_dir": str(self.data_dir)}
 
+    def poll_now(self) -> None:
+        """Poll the source at the next :meth:`step` (it has news: the index changed)."""
+        self._next_poll = min(self._next_poll, self._clock())
+
+    @property
+    def busy(self) -> bool:
+        """A version is being fetched or a poll is under way (tick often), else idle."""
+        return self._target is not None or self._pending_poll is not None
+
     @property
     def target_version(self) -> int | None:
         """The version being fetched (or waiting for a retry), if any."""
@@ -970,46 +979,3 @@ def _is_private(torrent: bytes) -> bool:
         return read_torrent(torrent).ca_sha256 is not None
     except CheckFailed:
         return False
-
-
-class _BackgroundCall(Generic[T]):
-    """``fn()`` on a daemon thread of its own named ``name`` (a hung request never delays
-    the process's exit; a process that exits during a delta's apply leaves only a
-    temporary file, which a restart removes before it applies the delta again), or, with
-    ``thread`` False, right here (done when constructed: one code path for the loop's
-    synchronous mode). :meth:`result` returns its value or raises its exception once
-    :meth:`done`."""
-
-    def __init__(self, fn: Callable[[], T], *, started_at: float, name: str = "bloomswarm-poll",
-                 thread: bool = True) -> None:
-        self.started_at = started_at
-        """When the call started (the caller's clock)."""
-        self._done = threading.Event()
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        if thread:
-            threading.Thread(target=self._run, args=(fn,), name=name, daemon=True).start()
-        else:
-            self._run(fn)
-
-    def _run(self, fn: Callable[[], T]) -> None:
-        try:
-            self._value = fn()
-        except Exception as exc:  # handed to the loop thread by result()
-            self._error = exc
-        finally:
-            self._done.set()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the call has finished (at most ``timeout`` seconds); whether it has."""
-        return self._done.wait(timeout)
-
-    def result(self) -> T:
-        if not self._done.is_set():
-            raise RuntimeError("the call has not finished")
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)

@@ -24,14 +24,15 @@ from pathlib import Path
 
 from .config import DirectConfig
 from .transfer import (
-    DeltaKey,
     OriginURL,
     OriginURLFactory,
     TransferKey,
     TransferState,
     TransferStatus,
+    key_base,
     key_label,
     key_order,
+    key_version,
     relocated,
 )
 from .verify import CheckFailed, read_torrent
@@ -62,7 +63,7 @@ class _Job:
         finished = self.state == "seeding"
         key = self.key
         return TransferStatus(
-            version=key.version if isinstance(key, DeltaKey) else key,
+            version=key_version(key),
             state=self.state,
             progress=1.0 if finished else min(self.on_disk / self.total, 1.0) if self.total else 0.0,
             total_bytes=self.total,
@@ -73,7 +74,7 @@ class _Job:
             hash_failures=0,
             finished=finished,
             error=self.error,
-            base=key.base if isinstance(key, DeltaKey) else None,
+            base=key_base(key),
         )
 
 

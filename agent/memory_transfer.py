@@ -44,13 +44,14 @@ from bloomswarm.common.errors import BloomswarmError, StorageError, Verification
 from bloomswarm.common.storage import ObjectStore, StoredObject
 
 from .transfer import (
-    DeltaKey,
     OriginURL,
     OriginURLFactory,
     TransferKey,
     TransferState,
     TransferStatus,
+    key_base,
     key_order,
+    key_version,
     relocated,
 )
 from .verify import read_torrent
@@ -264,7 +265,7 @@ class MemoryTransfer:
             return None
         finished = job.state == "seeding"
         return TransferStatus(
-            version=key.version if isinstance(key, DeltaKey) else key,
+            version=key_version(key),
             state=job.state,
             progress=1.0 if finished else job.on_disk / job.total if job.total else 0.0,
             total_bytes=job.total,
@@ -275,7 +276,7 @@ class MemoryTransfer:
             hash_failures=job.hash_failures,
             finished=finished,
             error=job.error,
-            base=key.base if isinstance(key, DeltaKey) else None,
+            base=key_base(key),
         )
 
     def versions(self) -> list[TransferKey]:

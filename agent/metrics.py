@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -302,11 +302,22 @@ StatusProvider = Callable[[], dict[str, Any]]
 """Returns the JSON object /status serves."""
 
 
+class MetricsSource(Protocol):
+    """What the endpoint serves: a registry for /metrics and readiness for /readyz
+    (an :class:`AgentMetrics`, or a :class:`~.filter_set.FilterSet` of many filters)."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    @property
+    def is_ready(self) -> bool: ...
+
+
 class StatusServer:
     """The HTTP endpoint, in a daemon thread. ``start`` binds; ``stop`` closes the socket."""
 
     def __init__(
-        self, metrics: AgentMetrics, status: StatusProvider, host: str = "127.0.0.1", port: int = 0
+        self, metrics: MetricsSource, status: StatusProvider, host: str = "127.0.0.1", port: int = 0
     ) -> None:
         self.metrics = metrics
         self.status = status
@@ -343,7 +354,7 @@ class StatusServer:
             self._thread = None
 
 
-def _make_handler(metrics: AgentMetrics, status: StatusProvider) -> type[BaseHTTPRequestHandler]:
+def _make_handler(metrics: MetricsSource, status: StatusProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "bloomswarm-agent"
 
@@ -378,4 +389,4 @@ def _make_handler(metrics: AgentMetrics, status: StatusProvider) -> type[BaseHTT
     return Handler
 
 
-__all__ = ["PREFIX", "AgentMetrics", "StatusProvider", "StatusServer"]
+__all__ = ["PREFIX", "AgentMetrics", "MetricsSource", "StatusProvider", "StatusServer"]

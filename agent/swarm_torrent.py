@@ -20,12 +20,12 @@ from .byte_accounting import ByteAccounting
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import OriginLink, OriginPolicy
 from .transfer import (
-    DeltaKey,
     OriginURL,
     OriginURLFactory,
     TransferKey,
     TransferState,
     TransferStatus,
+    key_base,
     key_label,
     key_version,
 )
@@ -164,7 +164,7 @@ class SwarmTorrent:
             bytes_from_peers=self.bytes_from_peers, bytes_from_origin=self.bytes_from_origin,
             bytes_uploaded=self.uploaded_before + uploaded, peers=peers,
             hash_failures=self.hash_failures, finished=finished, error=error,
-            base=self.key.base if isinstance(self.key, DeltaKey) else None,
+            base=key_base(self.key),
         )
 
     def verified_fraction(self, st: lt.torrent_status) -> float:

@@ -48,24 +48,56 @@ class DeltaKey:
         return f"v{self.version}-from-v{self.base}"
 
 
-TransferKey: TypeAlias = int | DeltaKey
-"""What one transfer moves: an ``int`` N is version N's filter file, a :class:`DeltaKey`
-a delta."""
+VersionKey: TypeAlias = int | DeltaKey
+"""What one filter's transfer moves: an ``int`` N is version N's filter file, a
+:class:`DeltaKey` a delta."""
+
+
+@dataclass(frozen=True)
+class ScopedKey:
+    """``key`` of the named filter ``scope``, in a transfer that several filters share
+    (:mod:`.scoped_transfer`): filters number their versions independently."""
+
+    scope: str
+    key: VersionKey
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{key_label(self.key)}"
+
+
+TransferKey: TypeAlias = int | DeltaKey | ScopedKey
+"""What one transfer moves: a :data:`VersionKey`, or one scoped to a named filter."""
+
+
+def unscoped(key: TransferKey) -> VersionKey:
+    """The version key inside ``key`` (``key`` itself when it is not scoped)."""
+    return key.key if isinstance(key, ScopedKey) else key
 
 
 def key_version(key: TransferKey) -> int:
     """The version a transfer key belongs to (a delta's target version)."""
-    return key.version if isinstance(key, DeltaKey) else key
+    inner = unscoped(key)
+    return inner.version if isinstance(inner, DeltaKey) else inner
+
+
+def key_base(key: TransferKey) -> int | None:
+    """The base version of a delta's key; None for a filter file's."""
+    inner = unscoped(key)
+    return inner.base if isinstance(inner, DeltaKey) else None
 
 
 def key_label(key: TransferKey) -> str:
-    """A key for log lines: "v5", or "v5-from-v4" for a delta."""
-    return str(key) if isinstance(key, DeltaKey) else f"v{key}"
+    """A key for log lines: "v5", "v5-from-v4" for a delta, "NAME/v5" when scoped."""
+    if isinstance(key, ScopedKey | DeltaKey):
+        return str(key)
+    return f"v{key}"
 
 
 def key_order(key: TransferKey) -> tuple[int, int]:
-    """Sort key: by version, the file before its deltas, deltas by base."""
-    return (key.version, key.base) if isinstance(key, DeltaKey) else (key, 0)
+    """Sort key: by version, the file before its deltas, deltas by base (a scoped key
+    sorts as the key inside it)."""
+    inner = unscoped(key)
+    return (inner.version, inner.base) if isinstance(inner, DeltaKey) else (inner, 0)
 
 
 @dataclass(frozen=True)

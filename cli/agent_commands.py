@@ -11,12 +11,14 @@ when they run: parsing a command line, or printing its ``--help``, loads none of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import signal
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,9 @@ from .commands import HELP
 
 if TYPE_CHECKING:
     from bloomswarm.agent.announcements import AnnouncementSource
+    from bloomswarm.agent.metrics import StatusServer
     from bloomswarm.agent.origin import Origin
+    from bloomswarm.agent.swarm import Swarm
     from bloomswarm.agent.transfer import Transfer
     from bloomswarm.common.signing import VerifyKey
 
@@ -101,14 +105,29 @@ def load_agent_config(args: argparse.Namespace) -> AgentConfig:
 
 
 def build_transfer(config: AgentConfig) -> Transfer:
-    """The transfer the configuration asks for."""
-    if config.transfer == "direct":
-        from bloomswarm.agent.direct import DirectTransfer
+    """The transfer the configuration asks for (the swarm with its small files routed to
+    a direct transfer when ``swarm.direct_max_bytes`` is set)."""
+    from bloomswarm.agent.direct import DirectTransfer
 
+    if config.transfer == "direct":
         return DirectTransfer(config.direct)
     from bloomswarm.agent.swarm import Swarm
 
-    return Swarm(config.swarm)
+    swarm = Swarm(config.swarm)
+    if config.swarm.direct_max_bytes == 0:
+        return swarm
+    from bloomswarm.agent.size_routed_transfer import SizeRoutedTransfer
+
+    return SizeRoutedTransfer(swarm, DirectTransfer(config.direct), config.swarm.direct_max_bytes)
+
+
+def swarm_of(transfer: Transfer) -> Swarm | None:
+    """The libtorrent session inside ``transfer``, if any (its peer access guard)."""
+    from bloomswarm.agent.size_routed_transfer import SizeRoutedTransfer
+    from bloomswarm.agent.swarm import Swarm
+
+    inner = transfer.swarm if isinstance(transfer, SizeRoutedTransfer) else transfer
+    return inner if isinstance(inner, Swarm) else None
 
 
 def build_source(
@@ -135,8 +154,6 @@ def build_source(
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    import threading
-
     from bloomswarm.agent.daemon import AgentDaemon
     from bloomswarm.agent.install import prepare_data_dir
     from bloomswarm.agent.logfmt import log_event
@@ -149,37 +166,85 @@ def run_agent(args: argparse.Namespace) -> int:
         prepare_data_dir(config.data_dir)
     except OSError as exc:
         raise ConfigError(f"cannot use data_dir {config.data_dir}: {exc.strerror or exc}") from exc
+    if config.filters:
+        return _run_filters(args, config)
     source, origin = build_source(config, keys)
     metrics = AgentMetrics()
     transfer = build_transfer(config)
-    from bloomswarm.agent.swarm import Swarm
-
     daemon = AgentDaemon(config, source, transfer, origin, keys, metrics=metrics, background_polls=True,
-                         peer_access=transfer if isinstance(transfer, Swarm) else None)
-    server = StatusServer(metrics, daemon.status, config.status.host, config.status.port)
+                         peer_access=swarm_of(transfer))
+    server = _start_server(StatusServer(metrics, daemon.status, config.status.host, config.status.port),
+                           transfer)
+    stop = threading.Event()
+    with _signals(stop):
+        log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid())
+        try:
+            daemon.run(stop)
+        finally:
+            server.stop()
+    return 0
+
+
+def _run_filters(args: argparse.Namespace, config: AgentConfig) -> int:
+    """The agent of ``config``'s ``[[filters]]``; SIGHUP reloads the configuration."""
+    import threading
+
+    from bloomswarm.agent.logfmt import log_event
+    from bloomswarm.agent.metrics import StatusServer
+
+    from .agent_filters import all_public_keys, build_filter_set
+
+    all_public_keys(config)  # every key file readable before anything starts
+    transfer = build_transfer(config)
+    agent = build_filter_set(config, transfer, swarm_of(transfer))
+    endpoint = StatusServer(agent, agent.status, config.status.host, config.status.port)
+    server = _start_server(endpoint, transfer)
+    stop, reload = threading.Event(), threading.Event()
+    with _signals(stop, reload):
+        log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid(),
+                  filters=len(config.filters))
+        try:
+            agent.run(stop, reload=reload, load_config=lambda: load_agent_config(args))
+        finally:
+            server.stop()
+    return 0
+
+
+def _start_server(server: StatusServer, transfer: Transfer) -> StatusServer:
+    """Bind the status endpoint; ConfigError (the transfer closed) when the address is taken."""
     try:
-        url = server.start()
+        server.start()
     except OSError as exc:
         transfer.close()
         raise ConfigError(
-            f"cannot listen on {config.status.host}:{config.status.port} for the status "
-            f"endpoint: {exc.strerror or exc}"
+            f"cannot listen on {server.host}:{server.port} for the status endpoint: {exc.strerror or exc}"
         ) from exc
-    stop = threading.Event()
+    return server
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+
+@contextlib.contextmanager
+def _signals(stop: threading.Event, reload: threading.Event | None = None) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop``; SIGHUP sets ``reload`` (when given); the previous
+    handlers are restored on exit."""
+    from bloomswarm.agent.logfmt import log_event
+
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
         log_event(log, logging.INFO, "stopping", signal=signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log_event(log, logging.INFO, "listening", url=url, transfer=config.transfer, pid=os.getpid())
+    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop}
+    if reload is not None:
+        def on_reload(_signum: int, _frame: FrameType | None) -> None:
+            log_event(log, logging.INFO, "reloading", signal="SIGHUP")
+            reload.set()
+
+        handlers[signal.SIGHUP] = on_reload
+    previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
-        daemon.run(stop)
+        yield
     finally:
-        server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0
 
 
 # --- status -----------------------------------------------------------------------------------
@@ -196,6 +261,10 @@ def run_status(args: argparse.Namespace) -> int:
     status = fetch_status(url.rstrip("/"), timeout=args.timeout)
     if args.json:
         print(json.dumps(status, indent=2, sort_keys=True))
+    elif "filters" in status:
+        from .agent_filters import format_filters_status
+
+        print(format_filters_status(url, status))
     else:
         print(format_status(url, status))
     return 0

@@ -28,6 +28,9 @@ COMMAND_MODULES: dict[str, dict[str, str]] = {
         "versions": "list the versions in the bucket",
         "tracker-sync": "write opentracker's whitelist from the versions in the bucket",
     },
+    "index_commands": {
+        "index": "sync or show index.json, the signed index of a bucket's named filters",
+    },
     "agent_commands": {
         "agent": "the sidecar that fetches, verifies and swaps versions",
     },

@@ -1,6 +1,10 @@
 """Subcommands that publish and manage versions in the bucket: ``publish``, ``keygen``,
 ``pin``, ``unpin``, ``refresh``, ``versions`` and ``tracker-sync``.
 
+``--filter NAME`` (publish, pin, unpin, refresh, versions) works on the named filter
+``filters/NAME/`` of a many-filter bucket, then updates ``index.json``
+(:mod:`.index_commands`).
+
 Settings come from ``--config FILE`` (or ``$BLOOMSWARM_CONFIG``), ``BLOOMSWARM_*``
 variables and the flags here, in that order of precedence (see
 :mod:`bloomswarm.publisher.config`).
@@ -46,6 +50,8 @@ log = logging.getLogger("bloomswarm.cli")
 
 def register(commands: Any) -> None:
     """Add the publishing subcommands to the ``commands`` subparsers object."""
+    from .index_commands import add_filter_option
+
     publish = commands.add_parser("publish", help=HELP["publish"])
     publish.add_argument("inputs", nargs="*", metavar="INPUT",
                          help="files, directories or globs of keys (default with --watch: DIR)")
@@ -76,6 +82,7 @@ def register(commands: Any) -> None:
     publish.add_argument("--torrent-format", choices=("v1", "hybrid"),
                          help="v1 (default: every BitTorrent client reads it) or hybrid v1+v2")
     add_build_engine_options(publish)
+    add_filter_option(publish)
     publish.set_defaults(handler=run_publish)
 
     keygen = commands.add_parser("keygen", help=HELP["keygen"])
@@ -89,20 +96,24 @@ def register(commands: Any) -> None:
     pin_parser.add_argument("version", type=version_value, metavar="VERSION")
     _add_store_options(pin_parser)
     _add_signing_key_option(pin_parser)
+    add_filter_option(pin_parser)
     pin_parser.set_defaults(handler=run_pin)
 
     unpin_parser = commands.add_parser("unpin", help=HELP["unpin"])
     _add_store_options(unpin_parser)
     _add_signing_key_option(unpin_parser)
+    add_filter_option(unpin_parser)
     unpin_parser.set_defaults(handler=run_unpin)
 
     refresh_parser = commands.add_parser("refresh", help=HELP["refresh"])
     _add_store_options(refresh_parser)
     _add_signing_key_option(refresh_parser)
+    add_filter_option(refresh_parser)
     refresh_parser.set_defaults(handler=run_refresh)
 
     versions = commands.add_parser("versions", help=HELP["versions"])
     _add_store_options(versions)
+    add_filter_option(versions)
     versions.set_defaults(handler=run_versions)
 
     sync = commands.add_parser("tracker-sync", help=HELP["tracker-sync"])
@@ -182,6 +193,24 @@ def _trusted_keys(config: PublisherConfig, signing_key: SigningKey | None) -> li
     return keys
 
 
+def _filter_config(config: PublisherConfig, args: argparse.Namespace) -> PublisherConfig:
+    """``config`` of the filter ``--filter NAME`` names (the bucket's own without it)."""
+    if getattr(args, "filter_name", None) is None:
+        return config
+    from .index_commands import filter_config
+
+    return filter_config(config, args.filter_name)
+
+
+def _sync_index(config: PublisherConfig, args: argparse.Namespace, signing_key: SigningKey) -> None:
+    """With ``--filter NAME``: bring NAME's entry in index.json up to date (``config``: the
+    bucket's configuration, not the filter's)."""
+    if getattr(args, "filter_name", None) is not None:
+        from .index_commands import sync_filter
+
+        sync_filter(config, args.filter_name, signing_key)
+
+
 def _open_store(config: PublisherConfig) -> S3ObjectStore:
     """The bucket's store, after one request proving it is reachable and exists."""
     from bloomswarm.common.bucket_layout import LATEST_KEY
@@ -205,7 +234,8 @@ def run_publish(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.versions import newest_manifests
     from bloomswarm.publisher.watch import watch_and_publish
 
-    config = load_cli_config(args)
+    bucket_config = load_cli_config(args)
+    config = _filter_config(bucket_config, args)
     signing_key = _signing_key(config)
     inputs = list(args.inputs) or ([str(args.watch)] if args.watch else [])
     if not inputs:
@@ -240,6 +270,7 @@ def run_publish(args: argparse.Namespace) -> int:
                   "names; nothing published (--force publishes anyway)", flush=True)
             if args.refresh:
                 refresh()
+            _sync_index(bucket_config, args, signing_key)
             return
         print(f"published v{result.version}: {config.s3.url}/{manifest.filter_key}, "
               f"{manifest.size:,} bytes, {manifest.filter.key_count:,} keys, "
@@ -255,6 +286,7 @@ def run_publish(args: argparse.Namespace) -> int:
             print(f"latest.json already names v{result.latest.version}: left alone", flush=True)
         if args.refresh and not result.latest_moved:
             refresh()
+        _sync_index(bucket_config, args, signing_key)
         try:
             plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
         except BloomswarmError as exc:  # the version is out; the next publish retries this
@@ -296,20 +328,23 @@ def run_keygen(args: argparse.Namespace) -> int:
 def run_pin(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.pinning import pin
 
-    config = load_cli_config(args)
+    bucket_config = load_cli_config(args)
+    config = _filter_config(bucket_config, args)
     signing_key = _signing_key(config)
     store = _open_store(config)
     pointer = pin(store, args.version, signing_key, _trusted_keys(config, signing_key),
                   config.publisher_id)
     print(f"pinned: latest.json -> v{pointer.version} (pinned, sequence {pointer.sequence}); "
           "new versions are published but not rolled out until `bloomswarm unpin`")
+    _sync_index(bucket_config, args, signing_key)
     return 0
 
 
 def run_unpin(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.pinning import unpin
 
-    config = load_cli_config(args)
+    bucket_config = load_cli_config(args)
+    config = _filter_config(bucket_config, args)
     signing_key = _signing_key(config)
     store = _open_store(config)
     pointer = unpin(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
@@ -317,17 +352,20 @@ def run_unpin(args: argparse.Namespace) -> int:
         print("not pinned: latest.json already names the newest version")
     else:
         print(f"unpinned: latest.json -> v{pointer.version} (sequence {pointer.sequence})")
+    _sync_index(bucket_config, args, signing_key)
     return 0
 
 
 def run_refresh(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.refresh import refresh_latest
 
-    config = load_cli_config(args)
+    bucket_config = load_cli_config(args)
+    config = _filter_config(bucket_config, args)
     signing_key = _signing_key(config)
     store = _open_store(config)
     pointer = refresh_latest(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
     print(_refreshed(pointer))
+    _sync_index(bucket_config, args, signing_key)
     return 0
 
 
@@ -350,7 +388,7 @@ def _refreshed(pointer: Pointer) -> str:
 def run_versions(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
 
-    config = load_cli_config(args)
+    config = _filter_config(load_cli_config(args), args)
     store = _open_store(config)
     latest = read_latest(store)
     folders = scan_versions(store)

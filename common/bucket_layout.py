@@ -10,6 +10,8 @@ Keys are relative to the store's prefix::
                                    and names the attempt's two objects
     v{N}/manifest.json.sig         detached Ed25519 signature over those exact bytes (base64)
     latest.json                    signed Pointer envelope; moved by compare-and-swap (IfMatch)
+    index.json                     many filters only: signed FilterIndex envelope of every
+                                   filters/NAME/ layout's latest version, moved by CAS
 
 The file and torrent live in a folder only one publish attempt writes, because two
 publishers racing for vN both upload before either claims it: under fixed names the
@@ -31,6 +33,8 @@ import secrets
 
 LATEST_KEY = "latest.json"
 """Key of the signed pointer to the current version."""
+INDEX_KEY = "index.json"
+"""Key of the signed index of every named filter (:mod:`bloomswarm.common.filter_index`)."""
 
 FILTER_FILE_NAME = "filter.bsf"
 """Name of the filter file inside an attempt folder (and inside its torrent)."""
@@ -149,6 +153,7 @@ __all__ = [
     "DELTA_FILE_SUFFIX",
     "DELTA_TORRENT_SUFFIX",
     "FILTER_FILE_NAME",
+    "INDEX_KEY",
     "LATEST_KEY",
     "MANIFEST_FILE_NAME",
     "MAX_VERSION",

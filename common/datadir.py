@@ -17,6 +17,9 @@
       staging/v43/.delta-from-v42.resume   torrent's presence means "try the delta"
       state.json                         the agent's last accepted pointer sequence (replay guard)
 
+An agent that follows named filters (``[[filters]]``) keeps one such layout per filter in
+``DATA_DIR/filters/NAME/`` (:func:`filter_data_dir`); LiveFilter opens one with ``filter=NAME``.
+
 The filter file keeps the name it has in the bucket and in its torrent
 (:data:`~bloomswarm.common.bucket_layout.FILTER_FILE_NAME`), as do the manifest, its
 signature and the torrent. The agent is the only writer. Readers (LiveFilter) resolve
@@ -41,6 +44,10 @@ from .bucket_layout import (
     TORRENT_FILE_NAME,
     delta_file_name,
 )
+from .filter_names import check_filter_name
+
+FILTERS_DIR = "filters"
+"""The folder of a data directory holding one data directory per named filter."""
 
 _CURRENT = "current"
 _VERSIONS = "versions"
@@ -60,6 +67,12 @@ _STAGED_DOCUMENT_FILES = {  # by the fields of agent.announcements.SignedDocumen
     "manifest_signature": "." + MANIFEST_FILE_NAME + SIGNATURE_SUFFIX,
     "torrent": "." + TORRENT_FILE_NAME,
 }
+
+
+def filter_data_dir(root: Path, name: str) -> Path:
+    """The data directory of filter ``name`` under the agent's ``root``: ``root/filters/NAME``,
+    always inside ``root``. ValueError("filter name 'x': why") for an invalid name."""
+    return root / FILTERS_DIR / check_filter_name(name)
 
 
 def version_of_dir_name(name: str) -> int | None:
@@ -243,4 +256,4 @@ def _delta_bases(directory: Path, *, hidden: bool) -> set[int]:
     return found
 
 
-__all__ = ["DataDir", "version_of_dir_name"]
+__all__ = ["FILTERS_DIR", "DataDir", "filter_data_dir", "version_of_dir_name"]

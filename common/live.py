@@ -7,6 +7,9 @@ new file and swaps one reference. A lookup reads that reference once, so it answ
 wholly from the old or wholly from the new version, never from a mixture. The old
 mapping is released when the last lookup still using it returns. A new file that fails
 validation is refused (logged, counted) and the old one keeps serving.
+
+An agent that follows named filters keeps one data directory per filter
+(``DATA_DIR/filters/NAME``): ``LiveFilter(DATA_DIR, filter=NAME)`` follows that one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .datadir import DataDir
+from .datadir import DataDir, filter_data_dir
 from .errors import BloomswarmError, NotReadyError
 from .fastpath import Engine
 from .keys import Key
@@ -48,20 +51,26 @@ class LiveFilter:
     """Membership queries against whatever version ``directory/current`` points at.
 
     Thread-safe. ``key in live`` raises NotReadyError until a version is installed
-    (pass ``wait`` to block for one at construction).
+    (pass ``wait`` to block for one at construction). With ``filter=NAME``, ``directory``
+    is an agent's data directory holding named filters and the one followed is
+    ``directory/filters/NAME``; an invalid name raises ValueError here.
     """
 
     def __init__(
         self,
         directory: str | os.PathLike[str],
         *,
+        filter: str | None = None,
         poll_interval: float = 1.0,
         watch: bool = True,
         verify: bool = False,
         engine: Engine = "auto",
         wait: float = 0.0,
     ) -> None:
-        self.directory = Path(directory)
+        self.filter_name = filter
+        """The named filter followed, None for a single-filter data directory."""
+        self.directory = Path(directory) if filter is None else filter_data_dir(Path(directory), filter)
+        """The data directory followed (``.../filters/NAME`` for a named filter)."""
         self.poll_interval = poll_interval
         self._verify = verify
         self._engine: Engine = engine

@@ -151,6 +151,10 @@ class SettingsLoader:
     (the publisher's ``Layout``). ``scalar_lists`` accepts a single string or path where a
     list is expected, as a list of one.
 
+    ``exclude`` names fields of the root the loader leaves to the component: they are no
+    settings (the component reads them from the file's document itself, see
+    :meth:`read_document`).
+
     A ``strict`` loader reads every variable with the prefix (but those in ``ignore_env``),
     in the environment's order, and refuses one that names no setting; a table given as a
     plain value in the file is refused as such. A lenient loader reads only the variables
@@ -167,8 +171,10 @@ class SettingsLoader:
         strict: bool = False,
         ignore_env: Iterable[str] = (),
         scalar_lists: bool = False,
+        exclude: Iterable[str] = (),
     ) -> None:
         self.root = root
+        self.exclude = frozenset(exclude)
         self.env_prefix = env_prefix
         self.strict = strict
         self.ignore_env = frozenset(ignore_env)
@@ -182,6 +188,8 @@ class SettingsLoader:
     def _settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {}
         for name, kind in typing.get_type_hints(self.root).items():
+            if name in self.exclude:
+                continue
             table = self.tables.get(name)
             if table is None:
                 settings[name] = kind
@@ -216,6 +224,11 @@ class SettingsLoader:
 
     def read_file(self, path: Path) -> dict[str, object]:
         """The checked values of a TOML file, by dotted name."""
+        return self.document_values(self.read_document(path), f"config file {path}")
+
+    @staticmethod
+    def read_document(path: Path) -> dict[str, Any]:
+        """The parsed TOML file; ConfigError when it is missing, unreadable or invalid."""
         try:
             with path.open("rb") as fh:
                 document = tomllib.load(fh)
@@ -229,7 +242,10 @@ class SettingsLoader:
             raise ConfigError(
                 f"config file {path} is not UTF-8: {exc.reason} at byte {exc.start}"
             ) from exc
-        where = f"config file {path}"
+        return document
+
+    def document_values(self, document: Mapping[str, Any], where: str) -> dict[str, object]:
+        """The checked values of a parsed TOML document, by dotted name; errors name ``where``."""
         values: dict[str, object] = {}
         for key, value in document.items():
             if key in self.tables and (self.strict or isinstance(value, dict)):

@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ class AgentProcess:
         *,
         tables: dict[str, dict[str, object]] | None = None,
         transfer: str = "direct",
+        filters: Sequence[str] = (),
     ) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
@@ -68,6 +69,8 @@ class AgentProcess:
             lines.append(f"[{table}]")
             lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
             lines.append("")
+        for name in filters:  # named filters: one [[filters]] table each, their default prefix
+            lines.extend(["[[filters]]", f"name = {_toml(name)}", ""])
         self.config_path = root / "agent.toml"
         self.config_path.write_text("\n".join(lines))
         self.process: subprocess.Popen[bytes] | None = None
@@ -99,7 +102,8 @@ class AgentProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
-    def _get(self, path: str) -> tuple[int, bytes]:
+    def get(self, path: str) -> tuple[int, bytes]:
+        """GET ``path`` of the status endpoint: the HTTP status code and the body."""
         try:
             with urllib.request.urlopen(self.url + path, timeout=5) as response:
                 return response.status, response.read()
@@ -109,11 +113,11 @@ class AgentProcess:
 
     def http_status(self, path: str) -> int:
         """The HTTP status code of GET ``path`` (e.g. /readyz)."""
-        return self._get(path)[0]
+        return self.get(path)[0]
 
     def status(self) -> dict[str, Any]:
         """The agent's /status JSON."""
-        code, body = self._get("/status")
+        code, body = self.get("/status")
         assert code == 200, body
         result: dict[str, Any] = json.loads(body)
         return result

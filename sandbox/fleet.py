@@ -37,11 +37,14 @@ from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import FleetError
 from bloomswarm.common.file_hash import file_sha256
+from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import S3Config, S3ObjectStore
 from bloomswarm.common.tls_identity import issue_certificate, make_ca
 from bloomswarm.publisher.config import DeltaConfig, PublisherConfig, TorrentFormat
+from bloomswarm.publisher.filter_index import sync_index
 from bloomswarm.publisher.latest import Target, swap_latest
 from bloomswarm.publisher.pinning import pin
 from bloomswarm.publisher.publish import publish_filter
@@ -108,6 +111,9 @@ class FleetSpec:
     private: bool = False
     """A private swarm: the fleet makes a CA (``root/pki``), the publisher puts it into
     every torrent, and each agent gets a certificate from it and ``require_private``."""
+    filters: tuple[str, ...] = ()
+    """Named filters every agent follows (one ``[[filters]]`` table each, default prefix);
+    empty: the single filter of the prefix. Publish them with :meth:`LocalFleet.publish_filters`."""
 
     def __post_init__(self) -> None:
         if self.agents < 0:
@@ -127,6 +133,15 @@ class Published:
     @property
     def version(self) -> int:
         return self.manifest.version
+
+
+@dataclass(frozen=True)
+class FiltersPublished:
+    """Versions of named filters the fleet's publisher published together."""
+
+    manifests: Mapping[str, Manifest]
+    announced_at: float
+    """Wall-clock time just before index.json moved to list them."""
 
 
 @dataclass
@@ -376,7 +391,8 @@ class LocalFleet(Service):
         name = name or f"agent{index}"
         self._agent_tables[name] = tables or {}
         agent = AgentProcess(self.root / name, self._agent_s3(), self.public_key_path,
-                             tables=self._settings(index, name), transfer=self.spec.transfer)
+                             tables=self._settings(index, name), transfer=self.spec.transfer,
+                             filters=self.spec.filters)
         agent.start()
         self.agents.append(agent)
         return agent
@@ -401,7 +417,8 @@ class LocalFleet(Service):
         old.stop(signal.SIGKILL, timeout=5)
         (old.root / "agent.log").replace(old.root / f"agent.log.port-taken-{time.time_ns()}")
         agent = AgentProcess(old.root, self._agent_s3(), self.public_key_path,
-                             tables=self._settings(index, old.root.name), transfer=self.spec.transfer)
+                             tables=self._settings(index, old.root.name), transfer=self.spec.transfer,
+                             filters=self.spec.filters)
         agent.start()
         self.agents[index] = agent
         return agent
@@ -485,6 +502,32 @@ class LocalFleet(Service):
         if result.status != "published" or not announced:
             raise FleetError(f"publish did not produce a version: {result.status}")
         return Published(result.manifest, announced[0])
+
+    def publish_filters(self, builders: Mapping[str, FilterBuilder], *,
+                        deltas: DeltaConfig | None = None) -> FiltersPublished:
+        """Publish each named filter's next version (its own ``latest.json`` under
+        ``filters/NAME/``), then move ``index.json`` once for all of them: agents learn of
+        every one at that moment (``announced_at``)."""
+        key = self._key()
+        manifests: dict[str, Manifest] = {}
+        for name, builder in builders.items():
+            folder = PrefixedStore(self.store, filter_prefix(name))
+
+            def allow(manifest: Manifest) -> None:
+                if self.tracker is not None:
+                    self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
+                    for delta in manifest.deltas:
+                        self.tracker.allow(delta.info_hash_v1, delta.info_hash_v2)
+
+            result = publish_filter(folder, self.publisher_config(deltas), builder, key,
+                                    f"sandbox-{time.time_ns()}", force=True, progress=False,
+                                    before_announce=allow)
+            if result.status != "published":
+                raise FleetError(f"publish of filter {name!r} did not produce a version: {result.status}")
+            manifests[name] = result.manifest
+        announced_at = time.time()
+        sync_index(self.store, list(builders), key, PUBLISHER_ID)
+        return FiltersPublished(manifests, announced_at)
 
     def _key(self) -> SigningKey:
         if self._store is None or self.signing_key is None:

@@ -22,7 +22,7 @@ from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.direct import DirectTransfer
 from bloomswarm.agent.install import InstalledDocuments, install_delta, install_version, prepare_data_dir
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryPeers, MemoryTransfer
-from bloomswarm.agent.transfer import DeltaKey, TransferStatus, same_file
+from bloomswarm.agent.transfer import DeltaKey, TransferKey, TransferStatus, same_file
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
@@ -174,7 +174,7 @@ def _agent(tmp_path: Path, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
 class _NoRelocate(MemoryTransfer):
     """A transfer that cannot switch a download's directory (the fallback)."""
 
-    def relocate(self, key: int | DeltaKey, file_dir: Path, timeout: float = 5.0) -> bool:
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
         return False
 
 

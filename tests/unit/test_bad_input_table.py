@@ -181,6 +181,19 @@ class Fixtures:
             "toml_agent_watch_inf": agent + b'[s3]\nbucket = "filters"\n[watch]\nretry_max_s = -inf\n',
             "toml_publisher_nan": b'orphan_grace_s = nan\n[s3]\nbucket = "filters"\n',
             "toml_publisher_bool_text": b'[s3]\nbucket = "filters"\nchecksum_sha256 = "yes"\n',
+            "toml_agent_filters_twice": agent + b'[s3]\nbucket = "filters"\n[[filters]]\nname = "blocklist"\n'
+                                                b'[[filters]]\nname = "blocklist"\n',
+            "toml_agent_filters_escape": agent + b'[s3]\nbucket = "filters"\n[[filters]]\nname = "../etc"\n',
+            "toml_agent_filters_prefix_escape": agent + b'[s3]\nbucket = "filters"\n[[filters]]\n'
+                                                        b'name = "a"\nprefix = "../other-fleet"\n',
+            "toml_agent_filters_shared_prefix": agent + b'[s3]\nbucket = "filters"\n[[filters]]\nname = "a"\n'
+                                                        b'prefix = "lists"\n[[filters]]\nname = "b"\n'
+                                                        b'prefix = "lists/b"\n',
+            "toml_agent_filters_unknown": agent + b'[s3]\nbucket = "filters"\n[[filters]]\nname = "a"\n'
+                                                  b'keep = 3\n',
+            "toml_agent_filters_keep_0": agent + b'[s3]\nbucket = "filters"\n[[filters]]\nname = "a"\n'
+                                                 b'keep_versions = 0\n',
+            "toml_agent_filters_plain": agent + b'filters = "blocklist"\n[s3]\nbucket = "filters"\n',
             "toml_agent_bad_pub": b'data_dir = "/tmp/x"\npublic_keys = ["' + self.values["keys"].encode()
                                   + b'"]\n[s3]\nbucket = "filters"\n',
         }

@@ -1,0 +1,357 @@
+"""One agent, many filters: a daemon per filter, one session, one poll, one loop.
+
+:class:`FilterSet` runs an :class:`~.daemon.AgentDaemon` for every ``[[filters]]``
+entry of the configuration, all on one thread::
+
+    every poll interval (+ jitter):  IndexPoller.refresh()  (one conditional GET of
+                                     index.json, on a worker thread) -> the daemons of
+                                     the filters whose entry changed poll at once
+    every tick:                      transfer.poll() (the one shared session), then
+                                     daemon.step() for each filter
+
+Each daemon is the single-filter agent unchanged: its own data directory
+(``data_dir/filters/NAME``), state, retention, verification and metrics; it sees the
+shared transfer through a :class:`~.scoped_transfer.ScopedTransfer` and the index
+through an :class:`~.filter_index_source.IndexedAnnouncements`, both made by the
+``make_daemon`` factory the caller injects. A failure of one filter (a bad entry, a
+download that fails its checks) is that daemon's to retry; the others go on.
+
+:meth:`FilterSet.reconfigure` (the CLI calls it on SIGHUP) starts the filters added to
+the configuration and stops the ones removed or changed (their resume data saved, their
+torrents removed from the session); the others keep their downloads and peers. Other
+settings need a restart, which it logs. Filters the index lists but the configuration
+does not are ignored, logged once each and reported in /status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.metrics_core import Metric
+
+from bloomswarm.common.bucket_layout import INDEX_KEY
+from bloomswarm.common.errors import BloomswarmError, CheckFailed, ObjectNotFound
+
+from .background_call import BackgroundCall
+from .backoff import Backoff
+from .config import AgentConfig
+from .filter_config import FilterConfig
+from .filter_index_source import IndexNews, IndexPoller
+from .filter_metrics import filter_registry
+from .logfmt import log_event, logfmt
+from .metrics import PREFIX, AgentMetrics
+
+if TYPE_CHECKING:
+    from .daemon import AgentDaemon
+    from .peer_access import PeerAccess
+    from .transfer import Transfer
+
+log = logging.getLogger("bloomswarm.agent")
+
+TICK_S = 0.2
+"""Longest wait between two iterations while some filter is busy (the transfer's events
+wake the loop sooner)."""
+MIN_TICK_S = 0.02
+"""Shortest wait between two iterations while busy."""
+IDLE_TICK_S = 1.0
+"""Longest wait between two iterations while every filter is idle."""
+
+FILTER_POLL_S = 60.0
+"""How often a filter's daemon re-reads its index entry unprompted (no request is made:
+the entry is in memory). News of the index makes it read the entry at once; this only
+bounds how long a daemon that missed nothing waits to retry on its own."""
+
+DaemonFactory = Callable[[FilterConfig, AgentConfig], "AgentDaemon"]
+"""Builds the daemon of one filter from its entry and its per-filter configuration
+(:func:`~.filter_config.filter_agent_config`, with :data:`FILTER_POLL_S`)."""
+
+
+class IndexMetrics:
+    """The agent-wide series of the index poll (unlabelled)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.sequence = Gauge(PREFIX + "index_sequence",
+                              "Sequence of the newest verified index.json (0: none)", registry=r)
+        self.errors = Counter(PREFIX + "index_errors_total",
+                              "Failed polls of index.json by reason: origin, or the check that failed",
+                              ["reason"], registry=r)
+        self.filters = Gauge(PREFIX + "filters", "Filters in the configuration", registry=r)
+        self.unknown = Gauge(PREFIX + "index_unknown_filters",
+                             "Filters index.json lists that the configuration does not (ignored)", registry=r)
+
+
+@dataclass
+class _Running:
+    entry: FilterConfig
+    daemon: AgentDaemon
+
+
+class FilterSet:
+    """The agent of a configuration with ``[[filters]]`` (see the module docstring).
+
+    ``transfer`` is the one shared session (closed by :meth:`shutdown`); ``peer_access``
+    its guard, when it has one (refusals and certificates are the session's).
+    Construct, then :meth:`run` until ``stop`` is set, or drive it with :meth:`start`,
+    :meth:`step` and :meth:`shutdown`.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        transfer: Transfer,
+        poller: IndexPoller,
+        make_daemon: DaemonFactory,
+        *,
+        peer_access: PeerAccess | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        background_polls: bool = False,
+    ) -> None:
+        if not config.filters:
+            raise ValueError("a FilterSet runs the configuration's [[filters]]: none are listed")
+        self.config = config
+        self.transfer = transfer
+        self.poller = poller
+        self.peer_access = peer_access
+        self._make_daemon = make_daemon
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._background_polls = background_polls
+        self._running: dict[str, _Running] = {}
+        self._backoff = Backoff(config.watch.retry_initial_s, config.watch.retry_max_s, rng=self._rng)
+        self._next_poll = 0.0
+        self._pending: BackgroundCall[IndexNews] | None = None
+        self._unknown: frozenset[str] = frozenset()
+        self._no_index_logged = False
+        self._last_error: str | None = None
+        self._started = False
+        self.index_metrics = IndexMetrics()
+        self._session_metrics = AgentMetrics()
+        self.registry = filter_registry(self._registries, self._agent_families)
+        """What /metrics serves: every filter's series labelled, then the agent's."""
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, *, reload: threading.Event | None = None,
+            load_config: Callable[[], AgentConfig] | None = None) -> None:
+        """Start, loop until ``stop`` is set, then shut down. Each time ``reload`` is set,
+        apply ``load_config()`` (a configuration that does not load is logged, and the
+        running one kept)."""
+        try:
+            self.start()
+            while not stop.is_set():
+                if reload is not None and reload.is_set() and load_config is not None:
+                    reload.clear()
+                    self._reload(load_config)
+                self.step()
+                if self.busy:
+                    self.transfer.wait(TICK_S)
+                    stop.wait(MIN_TICK_S)
+                else:
+                    stop.wait(min(IDLE_TICK_S, max(self._next_poll - self._clock(), 0.0)))
+        finally:
+            self.shutdown()
+
+    def start(self) -> None:
+        """Start every configured filter's daemon (each recovers what it holds)."""
+        for entry in self.config.filters:
+            self._add(entry)
+        self.index_metrics.filters.set(len(self._running))
+        self._started = True
+        log_event(log, logging.INFO, "filters_started", filters=len(self._running))
+
+    def shutdown(self) -> None:
+        """Stop every daemon (resume data saved), then close the shared transfer."""
+        for name in list(self._running):
+            self._remove(name)
+        self.transfer.close()
+
+    def step(self) -> None:
+        """One iteration: take or start the index poll, poll the shared transfer, step
+        every daemon. Never raises for a failure of the index, the transfer or a filter."""
+        if not self._started:
+            raise RuntimeError("call start() first")
+        now = self._clock()
+        pending = self._pending
+        if pending is not None and pending.done():
+            self._pending = None
+            self._take_news(pending.result, now)
+        if now >= self._next_poll and self._pending is None:
+            self._next_poll = now + self._poll_interval()
+            call = BackgroundCall(self.poller.refresh, started_at=now, name="bloomswarm-index",
+                                  thread=self._background_polls)
+            if self._background_polls:
+                self._pending = call
+            else:
+                self._take_news(call.result, now)
+        try:
+            self.transfer.poll()
+        except Exception as exc:  # the contract says it does not raise; a bug must not stop the agent
+            log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
+            self._last_error = f"internal error: {exc}"
+        for running in list(self._running.values()):
+            running.daemon.step()
+        self._observe_session()
+
+    @property
+    def busy(self) -> bool:
+        """Some filter is fetching, or a poll is under way: tick often."""
+        return self._pending is not None or any(r.daemon.busy for r in self._running.values())
+
+    # -- configuration -------------------------------------------------------------------
+
+    def reconfigure(self, config: AgentConfig) -> None:
+        """Run ``config``'s filters: start the added, stop the removed and the changed;
+        leave the others alone. Other settings need a restart (logged when they differ)."""
+        if not config.filters:
+            log_event(log, logging.WARNING, "reload_refused",
+                      reason="the new configuration lists no [[filters]]: restart to run a single filter")
+            return
+        if replace(config, filters=()) != replace(self.config, filters=()):
+            log_event(log, logging.WARNING, "reload_partial",
+                      reason="only [[filters]] change on reload; restart the agent for the other settings")
+        wanted = {entry.name: entry for entry in config.filters}
+        stopped = [name for name, running in self._running.items() if wanted.get(name) != running.entry]
+        for name in stopped:
+            self._remove(name)
+        started = [entry for name, entry in wanted.items() if name not in self._running]
+        self.config = replace(self.config, filters=config.filters)
+        for entry in started:
+            self._add(entry)
+        self.index_metrics.filters.set(len(self._running))
+        self._note_unknown(self.poller.index.filters if self.poller.index is not None else {})
+        log_event(log, logging.INFO, "reloaded", filters=len(self._running),
+                  stopped=",".join(stopped) or None, started=",".join(e.name for e in started) or None)
+
+    def _reload(self, load_config: Callable[[], AgentConfig]) -> None:
+        try:
+            config = load_config()
+        except BloomswarmError as exc:
+            log_event(log, logging.ERROR, "reload_failed", error=exc, keeping="the running configuration")
+            self._last_error = f"reload failed: {exc}"
+            return
+        self.reconfigure(config)
+
+    def _add(self, entry: FilterConfig) -> None:
+        from .filter_config import filter_agent_config
+
+        per_filter = filter_agent_config(self.config, entry)
+        slow = max(FILTER_POLL_S, per_filter.watch.poll_interval_s)
+        per_filter = replace(per_filter, watch=replace(per_filter.watch, poll_interval_s=slow))
+        daemon = self._make_daemon(entry, per_filter)
+        daemon.start()
+        self._running[entry.name] = _Running(entry, daemon)
+        if self.poller.entry(entry.name) is not None:
+            daemon.poll_now()
+
+    def _remove(self, name: str) -> None:
+        running = self._running.pop(name)
+        running.daemon.shutdown()  # saves its resume data, removes its torrents from the session
+
+    # -- the index -----------------------------------------------------------------------
+
+    def _poll_interval(self) -> float:
+        watch = self.config.watch
+        return watch.poll_interval_s + self._rng.uniform(0.0, watch.poll_jitter_s)
+
+    def _take_news(self, refresh: Callable[[], IndexNews], now: float) -> None:
+        try:
+            news = refresh()
+        except ObjectNotFound as exc:
+            self._backoff.reset()
+            if not self._no_index_logged:
+                log_event(log, logging.INFO, "nothing_published", detail=exc)
+                self._no_index_logged = True
+            return
+        except CheckFailed as exc:
+            self._failed(now, exc.check, exc)
+            return
+        except (BloomswarmError, OSError) as exc:
+            self._failed(now, "origin", exc)
+            return
+        self._no_index_logged = False
+        if self._backoff.failures:
+            log_event(log, logging.INFO, "origin_recovered", after_failures=self._backoff.failures)
+            self._backoff.reset()
+        self._last_error = None
+        if news.index is not None:
+            self.index_metrics.sequence.set(news.index.sequence)
+            self._note_unknown(news.index.filters)
+        for name in sorted(news.changed):
+            running = self._running.get(name)
+            if running is not None:
+                running.daemon.poll_now()
+
+    def _failed(self, now: float, reason: str, exc: BaseException) -> None:
+        self.index_metrics.errors.labels(reason).inc()
+        delay = self._backoff.next_delay()
+        self._next_poll = now + delay
+        self._last_error = f"{INDEX_KEY}: {exc}"
+        log_event(log, logging.WARNING if reason == "origin" else logging.ERROR, "index_poll_failed",
+                  reason=reason, error=exc, retry_in_s=delay)
+
+    def _note_unknown(self, listed: Mapping[str, object]) -> None:
+        unknown = frozenset(listed) - frozenset(self._running)
+        for name in sorted(unknown - self._unknown):
+            log_event(log, logging.WARNING, "unknown_filter", filter=name,
+                      detail=f"{INDEX_KEY} lists it, the configuration does not: ignored")
+        self._unknown = unknown
+        self.index_metrics.unknown.set(len(unknown))
+
+    # -- metrics and status --------------------------------------------------------------
+
+    def _registries(self) -> Mapping[str, CollectorRegistry]:
+        return {name: running.daemon.metrics.registry for name, running in list(self._running.items())}
+
+    def _agent_families(self) -> Iterable[Metric]:
+        yield from self.index_metrics.registry.collect()
+        if self.peer_access is not None:
+            keep = (PREFIX + "refused_peers", PREFIX + "certificate_expiry_seconds")
+            yield from (f for f in self._session_metrics.registry.collect() if f.name in keep)
+
+    def _observe_session(self) -> None:
+        access = self.peer_access
+        if access is not None:
+            states = access.certificates.states() if access.certificates is not None else []
+            self._session_metrics.observe_peer_access(access.refusals.totals, states)
+
+    @property
+    def is_ready(self) -> bool:
+        """Every configured filter has a verified version installed (/readyz)."""
+        return bool(self._running) and all(r.daemon.metrics.is_ready for r in self._running.values())
+
+    def status(self) -> dict[str, Any]:
+        """/status: each filter's daemon status, and the index's."""
+        index = self.poller.index
+        return {
+            "ready": self.is_ready,
+            "filters": {name: running.daemon.status() for name, running in sorted(self._running.items())},
+            "index": {
+                "sequence": index.sequence if index is not None else None,
+                "issued_at": index.issued_at if index is not None else None,
+                "unknown_filters": sorted(self._unknown),
+                "last_error": self._last_error,
+            },
+            "peer_access": self._peer_access_status(),
+        }
+
+    def _peer_access_status(self) -> dict[str, Any] | None:
+        access = self.peer_access
+        if access is None:
+            return None
+        states = access.certificates.states() if access.certificates is not None else []
+        return {"refused_peers": dict(access.refusals.totals),
+                "certificates": [dataclasses.asdict(s) for s in states]}
+
+
+__all__ = ["FILTER_POLL_S", "DaemonFactory", "FilterSet", "IndexMetrics"]

@@ -1,0 +1,130 @@
+"""Small filters straight from the origin, larger ones through the swarm.
+
+A swarm pays a fixed cost per version before the first byte moves: a tracker or DHT
+answer, connections, the origin policy's grace period (``swarm.origin_grace_s``) while
+peers are given the first chance. For a file of a few hundred KiB that wait is the whole
+rollout, and what P2P saves the origin is a few hundred KiB per agent.
+:class:`SizeRoutedTransfer` therefore fetches a filter file of at most
+``swarm.direct_max_bytes`` with a plain HTTP GET from the origin (or CDN), and
+everything else (larger files, and every delta, whatever its size: a delta's base
+decides the swarm it joins) through the swarm. docs/benchmarks/many_filters.md measures
+the choice.
+
+A key's route is decided once, when it starts (from the size its torrent states), and
+kept until it is removed; a file fetched directly is not seeded (the direct transfer
+only records it). The daemon cannot tell the routes apart: each key has one status.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .transfer import (
+    OriginURLFactory,
+    Transfer,
+    TransferKey,
+    TransferStatus,
+    key_base,
+    key_order,
+)
+from .verify import CheckFailed, read_torrent
+
+DIRECT_WAIT_S = 0.05
+"""While direct downloads run, :meth:`SizeRoutedTransfer.wait` waits on them at most
+this long before it looks at the swarm's news."""
+
+
+class SizeRoutedTransfer:
+    """A :class:`~.transfer.Transfer` sending filter files of at most ``max_direct``
+    bytes to ``direct`` and the rest to ``swarm`` (see the module docstring)."""
+
+    def __init__(self, swarm: Transfer, direct: Transfer, max_direct: int) -> None:
+        if max_direct < 0:
+            raise ValueError(f"max_direct must not be negative, got {max_direct}")
+        self.swarm = swarm
+        self.direct = direct
+        self.max_direct = max_direct
+        self._routes: dict[TransferKey, Transfer] = {}
+
+    def route(self, key: TransferKey, torrent: bytes) -> Transfer:
+        """The transfer ``key`` goes to: the direct one for a filter file (not a delta) whose
+        torrent states at most ``max_direct`` bytes; the swarm otherwise (a torrent that
+        does not parse too: the swarm reports it)."""
+        if self.max_direct == 0 or key_base(key) is not None:
+            return self.swarm
+        try:
+            size = read_torrent(torrent).total_size
+        except CheckFailed:
+            return self.swarm
+        return self.direct if size <= self.max_direct else self.swarm
+
+    def _routed(self, key: TransferKey, torrent: bytes, *, has_origin: bool = True) -> Transfer:
+        transfer = self._routes.get(key)
+        if transfer is None:
+            transfer = self._routes[key] = self.route(key, torrent) if has_origin else self.swarm
+        return transfer
+
+    def start_download(
+        self,
+        key: TransferKey,
+        torrent: bytes,
+        save_dir: Path,
+        origin: OriginURLFactory | None,
+        *,
+        resume_data: bytes | None = None,
+    ) -> None:
+        """See :meth:`Transfer.start_download`; a small file without an origin (peers
+        only) goes to the swarm, where peers are."""
+        transfer = self._routed(key, torrent, has_origin=origin is not None)
+        transfer.start_download(key, torrent, save_dir, origin, resume_data=resume_data)
+
+    def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
+        """See :meth:`Transfer.seed` (a small file is only recorded, not served)."""
+        self._routed(key, torrent).seed(key, torrent, file_dir)
+
+    def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
+        """See :meth:`Transfer.relocate`."""
+        transfer = self._routes.get(key)
+        return transfer is not None and transfer.relocate(key, file_dir, timeout)
+
+    def remove(self, key: TransferKey) -> None:
+        """See :meth:`Transfer.remove`."""
+        transfer = self._routes.pop(key, None)
+        if transfer is not None:
+            transfer.remove(key)
+
+    def status(self, key: TransferKey) -> TransferStatus | None:
+        """See :meth:`Transfer.status`."""
+        transfer = self._routes.get(key)
+        return transfer.status(key) if transfer is not None else None
+
+    def versions(self) -> list[TransferKey]:
+        """See :meth:`Transfer.versions`: both transfers' keys."""
+        return sorted({*self.swarm.versions(), *self.direct.versions()}, key=key_order)
+
+    def poll(self) -> None:
+        """Poll both transfers."""
+        self.swarm.poll()
+        self.direct.poll()
+
+    def wait(self, timeout: float) -> None:
+        """Wait for news of either transfer (a direct download's news within
+        :data:`DIRECT_WAIT_S` while one runs)."""
+        if any(not s.finished for k in self.direct.versions() if (s := self.direct.status(k)) is not None):
+            self.direct.wait(min(timeout, DIRECT_WAIT_S))
+            self.swarm.wait(0.0)
+        else:
+            self.swarm.wait(timeout)
+
+    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
+        """Both transfers' resume data."""
+        return {**self.direct.save_resume_data(timeout), **self.swarm.save_resume_data(timeout)}
+
+    def close(self) -> None:
+        """Close both transfers."""
+        self._routes.clear()
+        self.direct.close()
+        self.swarm.close()
+
+
+__all__ = ["DIRECT_WAIT_S", "SizeRoutedTransfer"]

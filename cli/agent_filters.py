@@ -1,0 +1,121 @@
+"""``bloomswarm agent run`` with ``[[filters]]``: wiring one agent that follows many filters.
+
+One libtorrent session (or direct transfer), one S3 client or CDN base, one poll of
+``index.json``, one status endpoint; per filter a daemon reading its own folder of the
+bucket through the shared client (:class:`~bloomswarm.common.prefixed_store.PrefixedStore`).
+See :mod:`bloomswarm.agent.filter_set`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bloomswarm.agent.config import AgentConfig
+from bloomswarm.agent.filter_config import FilterConfig
+from bloomswarm.common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from bloomswarm.agent.announcements import DocumentReader
+    from bloomswarm.agent.daemon import AgentDaemon
+    from bloomswarm.agent.filter_set import FilterSet
+    from bloomswarm.agent.origin import Origin
+    from bloomswarm.agent.peer_access import PeerAccess
+    from bloomswarm.agent.transfer import Transfer
+    from bloomswarm.common.signing import VerifyKey
+
+
+def all_public_keys(config: AgentConfig) -> list[VerifyKey]:
+    """Every key the configuration pins: the agent's and each filter's (the index may be
+    signed by any of them)."""
+    from bloomswarm.common.signing import load_public_keys
+
+    paths = list(config.public_keys)
+    for entry in config.filters:
+        paths.extend(p for p in entry.public_keys if p not in paths)
+    return load_public_keys(tuple(paths))
+
+
+def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerAccess | None) -> FilterSet:
+    """The agent of ``config``'s filters over the shared ``transfer``."""
+    from bloomswarm.agent.announcements import HttpDocumentReader, PresignedPollReader
+    from bloomswarm.agent.daemon import AgentDaemon
+    from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
+    from bloomswarm.agent.metrics import AgentMetrics
+    from bloomswarm.agent.origin import CdnOrigin, S3Origin
+    from bloomswarm.agent.scoped_transfer import ScopedTransfer
+    from bloomswarm.common.prefixed_store import PrefixedStore
+    from bloomswarm.common.signing import load_public_keys
+    from bloomswarm.common.storage import S3ObjectStore
+
+    index_reader: DocumentReader
+    if config.s3 is not None:
+        store = S3ObjectStore(config.s3)
+        index_reader = PresignedPollReader(store, expiry_s=config.origin.presign_expiry_s,
+                                           timeout_s=config.s3.read_timeout_s)
+
+        def filter_origin(entry: FilterConfig) -> tuple[DocumentReader, Origin]:
+            folder = PrefixedStore(store, entry.store_prefix)
+            return folder, S3Origin(folder, config.origin.presign_expiry_s)
+    else:
+        base = config.origin.cdn_base_url
+        if base is None:  # AgentConfig guarantees one origin
+            raise ConfigError("no origin configured")
+        timeout = config.origin.http_timeout_s
+        index_reader = HttpDocumentReader(base, timeout_s=timeout)
+
+        def filter_origin(entry: FilterConfig) -> tuple[DocumentReader, Origin]:
+            url = f"{base.rstrip('/')}/{entry.store_prefix}"
+            return HttpDocumentReader(url, timeout_s=timeout), CdnOrigin(url)
+
+    poller = IndexPoller(index_reader, all_public_keys(config))
+
+    def make_daemon(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
+        keys: Sequence[VerifyKey] = load_public_keys(per_filter.public_keys)
+        reader, origin = filter_origin(entry)
+        source = IndexedAnnouncements(poller, entry.name, reader, keys)
+        return AgentDaemon(per_filter, source, ScopedTransfer(transfer, entry.name), origin, keys,
+                           metrics=AgentMetrics(), background_polls=True)
+
+    from bloomswarm.agent.filter_set import FilterSet
+
+    return FilterSet(config, transfer, poller, make_daemon, peer_access=peer_access, background_polls=True)
+
+
+def format_filters_status(url: str, status: dict[str, Any]) -> str:
+    """/status of an agent of many filters, for a person: the index, then one line a filter."""
+    index = status.get("index") or {}
+    filters: dict[str, dict[str, Any]] = status.get("filters") or {}
+    ready = sum(1 for s in filters.values() if s.get("ready"))
+    lines = [f"agent        {url} ({len(filters)} filters, {ready} ready)"]
+    if index.get("sequence") is None:
+        lines.append("index        none read yet")
+    else:
+        issued_at = dt.datetime.fromtimestamp(index["issued_at"], dt.timezone.utc)
+        issued = issued_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        lines.append(f"index        sequence {index['sequence']}, issued {issued}")
+    if index.get("unknown_filters"):
+        unknown = ", ".join(index["unknown_filters"])
+        lines.append(f"ignored      {unknown} (in the index, not in the configuration)")
+    if index.get("last_error"):
+        lines.append(f"index error  {index['last_error']}")
+    width = max((len(name) for name in filters), default=0)
+    for name, filter_status in filters.items():
+        lines.append(f"  {name:<{width}}  {_filter_line(filter_status)}")
+    return "\n".join(lines)
+
+
+def _filter_line(status: dict[str, Any]) -> str:
+    current = status.get("current_version")
+    parts = [f"v{current}" if current is not None else "none",
+             "ready" if status.get("ready") else "not ready"]
+    download = status.get("download")
+    if download:
+        parts.append(f"fetching v{download['version']} {download['state']} {download['progress']:.0%}")
+    if status.get("last_error"):
+        parts.append(f"last error: {status['last_error']}")
+    return ", ".join(parts)
+
+
+__all__ = ["all_public_keys", "build_filter_set", "format_filters_status"]

@@ -1,0 +1,275 @@
+"""One agent, many filters, over the in-memory store and transfer: one index poll feeds
+every filter's daemon, each filter installs into its own data directory, a change of one
+filter leaves the others alone, reloads add and drop filters, and bad index input is
+refused or reported without disturbing the filters that work."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.exposition import generate_latest
+
+from bloomswarm.agent.config import AgentConfig
+from bloomswarm.agent.daemon import AgentDaemon
+from bloomswarm.agent.filter_config import FilterConfig
+from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
+from bloomswarm.agent.filter_set import FilterSet
+from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
+from bloomswarm.agent.metrics import AgentMetrics
+from bloomswarm.agent.origin import Origin
+from bloomswarm.agent.scoped_transfer import ScopedTransfer
+from bloomswarm.agent.transfer import OriginURLFactory
+from bloomswarm.common.bucket_layout import INDEX_KEY
+from bloomswarm.common.datadir import DataDir, filter_data_dir
+from bloomswarm.common.filter_index import read_index_unverified
+from bloomswarm.common.filter_names import filter_prefix
+from bloomswarm.common.prefixed_store import PrefixedStore
+from bloomswarm.common.storage import MemoryObjectStore, StoredObject
+from bloomswarm.publisher.filter_index import sync_index
+
+from . import agent_helpers
+from .agent_helpers import KEY, PUBLIC, ROGUE_KEY, TickingClock, agent_config, publish
+
+pytestmark = pytest.mark.usefixtures("offline")
+offline = agent_helpers.offline
+
+
+class PrefixedOrigin:
+    """The root origin's URLs of a filter's keys (the shared transfer reads the root)."""
+
+    def __init__(self, origin: MemoryOrigin, prefix: str) -> None:
+        self.origin = origin
+        self.prefix = prefix
+
+    def url_factory(self, key: str) -> OriginURLFactory:
+        return self.origin.url_factory(f"{self.prefix}/{key}")
+
+
+class CountingReader:
+    """A document reader counting GETs by key."""
+
+    def __init__(self, store: MemoryObjectStore) -> None:
+        self.store = store
+        self.gets: Counter[str] = Counter()
+
+    def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
+        self.gets[key] += 1
+        return self.store.get(key, if_none_match=if_none_match)
+
+
+def publish_filter(store: MemoryObjectStore, name: str, keys: list[str]) -> int:
+    """Publish the next version of filter ``name`` and bring the index up to date."""
+    manifest = publish(PrefixedStore(store, filter_prefix(name)), keys)  # type: ignore[arg-type]
+    sync_index(store, [name], KEY, "unit-test", sleep=lambda _s: None)
+    return manifest.version
+
+
+class Fleet:
+    """A FilterSet over ``store``, its index reads counted, stepped by hand."""
+
+    def __init__(self, tmp_path: Path, store: MemoryObjectStore, names: list[str], **changes: Any) -> None:
+        self.store = store
+        self.origin = MemoryOrigin(store)
+        self.shared = MemoryTransfer(self.origin)
+        self.index_reader = CountingReader(store)
+        self.readers: dict[str, CountingReader] = {}
+        self.config = self.configure(tmp_path, names, **changes)
+        self.poller = IndexPoller(self.index_reader, PUBLIC)
+        self.agent = FilterSet(self.config, self.shared, self.poller, self.make_daemon, clock=TickingClock())
+        self.agent.start()
+
+    @staticmethod
+    def configure(tmp_path: Path, names: list[str], **changes: Any) -> AgentConfig:
+        return agent_config(tmp_path, filters=tuple(FilterConfig(name) for name in names), **changes)
+
+    def make_daemon(self, entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
+        reader = self.readers[entry.name] = CountingReader(self.store)
+        folder = PrefixedStore(reader, entry.store_prefix)  # type: ignore[arg-type]
+        origin: Origin = PrefixedOrigin(self.origin, entry.store_prefix)
+        source = IndexedAnnouncements(self.poller, entry.name, folder, PUBLIC)
+        return AgentDaemon(per_filter, source, ScopedTransfer(self.shared, entry.name), origin, PUBLIC,
+                           metrics=AgentMetrics(), clock=TickingClock())
+
+    def version(self, name: str) -> int | None:
+        return DataDir(filter_data_dir(self.config.data_dir, name)).current_version()
+
+    def run_until(self, condition: object, steps: int = 400) -> None:
+        assert callable(condition)
+        for _ in range(steps):
+            if condition():
+                return
+            self.agent.step()
+        raise AssertionError(f"not reached in {steps} steps; status: {self.agent.status()}")
+
+
+@pytest.fixture
+def store() -> MemoryObjectStore:
+    return MemoryObjectStore()
+
+
+def test_every_filter_installs_into_its_own_directory_from_one_index(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "blocklist", ["a", "b"])
+    publish_filter(store, "fraud", ["x"])
+    fleet = Fleet(tmp_path, store, ["blocklist", "fraud"])
+    fleet.run_until(lambda: fleet.version("blocklist") == 1 and fleet.version("fraud") == 1)
+    assert fleet.agent.is_ready
+    assert store.get(INDEX_KEY) is not None
+    # The index is the only document polled at the root; the small torrents ride in it,
+    # so no filter read anything of its own folder.
+    assert set(fleet.index_reader.gets) == {INDEX_KEY}
+    assert all(not reader.gets for reader in fleet.readers.values())
+    status = fleet.agent.status()
+    assert sorted(status["filters"]) == ["blocklist", "fraud"]
+    assert status["filters"]["fraud"]["current_version"] == 1
+
+
+def test_a_new_version_of_one_filter_leaves_the_others_alone(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "b", ["2"])
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until(lambda: fleet.version("a") == 1 and fleet.version("b") == 1)
+    swaps_b = fleet.agent.status()["filters"]["b"]["last_swap"]
+    publish_filter(store, "a", ["1", "3"])
+    fleet.run_until(lambda: fleet.version("a") == 2)
+    assert fleet.version("b") == 1
+    assert fleet.agent.status()["filters"]["b"]["last_swap"] == swaps_b
+    transferred = fleet.shared.versions()
+    assert {str(k) for k in transferred} >= {"a/v2", "b/v1"}
+
+
+def test_index_polls_do_not_grow_with_the_number_of_filters(tmp_path: Path, store: MemoryObjectStore) -> None:
+    names = [f"f{i}" for i in range(12)]
+    for name in names:
+        publish_filter(store, name, [name])
+    fleet = Fleet(tmp_path, store, names)
+    fleet.run_until(lambda: all(fleet.version(n) == 1 for n in names))
+    before = fleet.index_reader.gets[INDEX_KEY]
+    for _ in range(200):
+        fleet.agent.step()
+    polls = fleet.index_reader.gets[INDEX_KEY] - before
+    # poll_interval_s is 0.02 s and the ticking clock moves 0.01 s per reading: one poll
+    # of the index every few steps for all twelve filters, never one per filter.
+    assert 0 < polls <= 200 / 2
+
+
+def test_a_filter_the_configuration_does_not_list_is_ignored_and_reported(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "wanted", ["1"])
+    publish_filter(store, "stranger", ["2"])
+    fleet = Fleet(tmp_path, store, ["wanted"])
+    fleet.run_until(lambda: fleet.version("wanted") == 1)
+    assert fleet.agent.status()["index"]["unknown_filters"] == ["stranger"]
+    assert not filter_data_dir(fleet.config.data_dir, "stranger").exists()
+    assert b'bloomswarm_agent_index_unknown_filters 1.0' in generate_latest(fleet.agent.registry)
+
+
+def test_a_filter_not_yet_in_the_index_waits_while_the_others_install(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "early", ["1"])
+    fleet = Fleet(tmp_path, store, ["early", "late"])
+    fleet.run_until(lambda: fleet.version("early") == 1)
+    assert not fleet.agent.is_ready  # "late" has nothing yet
+    publish_filter(store, "late", ["2"])
+    fleet.run_until(lambda: fleet.version("late") == 1)
+    assert fleet.agent.is_ready
+
+
+def test_metrics_carry_a_filter_label(tmp_path: Path, store: MemoryObjectStore) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "b", ["2"])
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until(lambda: fleet.version("a") == 1 and fleet.version("b") == 1)
+    text = generate_latest(fleet.agent.registry).decode()
+    assert 'bloomswarm_agent_current_version{filter="a"} 1.0' in text
+    assert 'bloomswarm_agent_current_version{filter="b"} 1.0' in text
+    assert text.count("# TYPE bloomswarm_agent_current_version gauge") == 1  # one family
+    assert "bloomswarm_agent_index_sequence 2.0" in text
+
+
+def test_reload_adds_and_drops_filters_without_touching_the_others(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    for name in ("keep", "drop", "add"):
+        publish_filter(store, name, [name])
+    fleet = Fleet(tmp_path, store, ["keep", "drop"])
+    fleet.run_until(lambda: fleet.version("keep") == 1 and fleet.version("drop") == 1)
+    kept = fleet.agent._running["keep"].daemon
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["keep", "add"]))
+    assert fleet.agent._running["keep"].daemon is kept  # not restarted
+    fleet.run_until(lambda: fleet.version("add") == 1)
+    assert not any(str(k).startswith("drop/") for k in fleet.shared.versions())
+    assert fleet.version("drop") == 1  # its data stays on disk; only its transfers stopped
+    assert sorted(fleet.agent.status()["filters"]) == ["add", "keep"]
+
+
+def test_an_index_signed_by_an_unknown_key_is_refused_and_the_filters_keep_serving(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "a", ["1"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until(lambda: fleet.version("a") == 1)
+    publish(PrefixedStore(store, filter_prefix("a")), ["1", "2"])  # type: ignore[arg-type]
+    store.delete([INDEX_KEY])
+    sync_index(store, ["a"], ROGUE_KEY, "rogue", sleep=lambda _s: None)
+    for _ in range(50):
+        fleet.agent.step()
+    assert fleet.version("a") == 1
+    assert "index_signature" in str(generate_latest(fleet.agent.registry))
+    assert fleet.agent.status()["index"]["last_error"]
+
+
+def test_an_older_index_is_refused(tmp_path: Path, store: MemoryObjectStore) -> None:
+    publish_filter(store, "a", ["1"])
+    old = store.get(INDEX_KEY)
+    assert old is not None
+    publish_filter(store, "a", ["1", "2"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until(lambda: fleet.version("a") == 2)
+    store.put(INDEX_KEY, old.data)  # replayed
+    for _ in range(50):
+        fleet.agent.step()
+    assert fleet.version("a") == 2
+    assert read_index_unverified(old.data).sequence == 1
+    assert 'reason="index_replay"' in generate_latest(fleet.agent.registry).decode()
+
+
+def test_a_filter_whose_entry_fails_its_own_keys_is_refused_alone(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "good", ["1"])
+    bad = PrefixedStore(store, filter_prefix("bad"))
+    publish(bad, ["2"], key=ROGUE_KEY)  # type: ignore[arg-type]
+    sync_index(store, ["bad"], KEY, "unit-test", sleep=lambda _s: None)  # the index itself is signed well
+    fleet = Fleet(tmp_path, store, ["good", "bad"])
+    fleet.run_until(lambda: fleet.version("good") == 1)
+    for _ in range(50):
+        fleet.agent.step()
+    assert fleet.version("bad") is None
+    assert fleet.agent.status()["filters"]["bad"]["last_error"]
+
+
+def test_shutdown_stops_every_filter_and_closes_the_shared_transfer(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "a", ["1"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.agent.shutdown()
+    assert fleet.shared.versions() == []
+
+
+def test_a_configuration_without_filters_is_refused(tmp_path: Path, store: MemoryObjectStore) -> None:
+    config = dataclasses.replace(Fleet.configure(tmp_path, ["a"]), filters=())
+    with pytest.raises(ValueError, match="filters"):
+        FilterSet(config, MemoryTransfer(MemoryOrigin(store)), IndexPoller(store, PUBLIC),
+                  lambda _e, _c: None)  # type: ignore[arg-type,return-value]
