@@ -929,7 +929,6 @@ class AgentDaemon:
             "last_swap": self._last_swap,
             "last_error": self._last_error,
             "last_error_at": self._last_error_at,
-            "metrics": self.metrics.samples(),
         }
         with self._status_lock:
             self._status = snapshot
@@ -947,12 +946,18 @@ class AgentDaemon:
         says so: ``ready`` false, no current version, ``starting`` true."""
         with self._status_lock:
             snapshot = dict(self._status)
-        return snapshot or {"ready": False, "starting": True, "current_version": None,
-                            "data_dir": str(self.data_dir)}
+        if not snapshot:
+            return {"ready": False, "starting": True, "current_version": None, "data_dir": str(self.data_dir)}
+        snapshot["metrics"] = self.metrics.samples()  # read now: the registry is thread-safe
+        return snapshot
 
     def poll_now(self) -> None:
         """Poll the source at the next :meth:`step` (it has news: the index changed)."""
         self._next_poll = min(self._next_poll, self._clock())
+
+    def poll_due(self) -> bool:
+        """The next :meth:`step` would poll the source."""
+        return self._clock() >= self._next_poll
 
     @property
     def busy(self) -> bool:

@@ -94,6 +94,8 @@ class IndexMetrics:
 class _Running:
     entry: FilterConfig
     daemon: AgentDaemon
+    stepped_at: float = float("-inf")
+    """When the loop last stepped the daemon (its clock)."""
 
 
 class FilterSet:
@@ -200,7 +202,13 @@ class FilterSet:
             log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
             self._last_error = f"internal error: {exc}"
         for running in list(self._running.values()):
-            running.daemon.step()
+            daemon = running.daemon
+            # An idle filter (nothing to fetch, no poll due) has only its metrics and status
+            # to refresh: once per IDLE_TICK_S is enough, so a thousand idle filters cost
+            # little while a few fetch.
+            if daemon.busy or daemon.poll_due() or now - running.stepped_at >= IDLE_TICK_S:
+                daemon.step()
+                running.stepped_at = now
         self._observe_session()
 
     @property

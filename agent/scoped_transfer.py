@@ -34,6 +34,9 @@ class ScopedTransfer:
     def __init__(self, shared: Transfer, scope: str) -> None:
         self.shared = shared
         self.scope = scope
+        self._keys: set[TransferKey] = set()
+        """The filter's keys in the shared transfer (which drops a key only when told):
+        listing them costs the filter's own count, not every filter's."""
 
     def _scoped(self, key: TransferKey) -> ScopedKey:
         if isinstance(key, ScopedKey):
@@ -54,10 +57,12 @@ class ScopedTransfer:
     ) -> None:
         """See :meth:`Transfer.start_download`."""
         self.shared.start_download(self._scoped(key), torrent, save_dir, origin, resume_data=resume_data)
+        self._keys.add(key)
 
     def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """See :meth:`Transfer.seed`."""
         self.shared.seed(self._scoped(key), torrent, file_dir)
+        self._keys.add(key)
 
     def relocate(self, key: TransferKey, file_dir: Path, timeout: float = 5.0) -> bool:
         """See :meth:`Transfer.relocate`."""
@@ -66,6 +71,7 @@ class ScopedTransfer:
     def remove(self, key: TransferKey) -> None:
         """See :meth:`Transfer.remove`."""
         self.shared.remove(self._scoped(key))
+        self._keys.discard(key)
 
     def status(self, key: TransferKey) -> TransferStatus | None:
         """See :meth:`Transfer.status` (the status's ``key`` is the filter's own)."""
@@ -73,8 +79,7 @@ class ScopedTransfer:
 
     def versions(self) -> list[TransferKey]:
         """The filter's own keys being transferred, in :func:`~.transfer.key_order`."""
-        own: list[TransferKey] = [k.key for k in self.shared.versions() if self._owns(k)]
-        return sorted(own, key=key_order)
+        return sorted(self._keys, key=key_order)
 
     def poll(self) -> None:
         """Nothing: the owner of the shared transfer polls it once for every filter."""
@@ -90,7 +95,7 @@ class ScopedTransfer:
     def close(self) -> None:
         """Stop the filter's own transfers; the shared transfer and the others go on."""
         for key in self.versions():
-            self.shared.remove(self._scoped(key))
+            self.remove(key)
 
 
 __all__ = ["ScopedTransfer"]
