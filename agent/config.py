@@ -132,10 +132,12 @@ class SwarmConfig:
     origin_retry_s: float = 10.0
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""
-    direct_max_bytes: int = 0
+    direct_max_bytes: int = 256 * KIB
     """A filter file of at most this many bytes is fetched from the origin with one plain
     HTTP GET instead of through the swarm, and not seeded (agent/size_routed_transfer.py;
-    deltas always use the swarm). 0: every file through the swarm."""
+    deltas always use the swarm). 0: every file through the swarm. Below this size a
+    swarm's fixed cost per version (announces, connections, the origin policy's wait)
+    outweighs what it saves the origin (docs/benchmarks/many_filters.md)."""
     origin_url_refresh_s: float = 300.0
     """A URL with an expiry is replaced this many seconds before it expires (or at half
     its remaining lifetime, whichever comes first)."""

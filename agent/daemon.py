@@ -769,9 +769,12 @@ class AgentDaemon:
         return None
 
     def _store_documents(self, staging: Path, documents: SignedDocuments) -> None:
+        """Keep the announcement beside an unfinished download, for a restart to resume
+        it. Not fsynced: a restart verifies them again and discards what does not verify
+        (after a crash, at worst the download starts over)."""
         for name, path in self.layout.staged_documents(staging).items():
             if not path.exists():
-                write_atomically(path, [getattr(documents, name)], mode=0o644)
+                write_atomically(path, [getattr(documents, name)], mode=0o644, durable=False)
 
     def _load_documents(self, staging: Path) -> SignedDocuments | None:
         parts: dict[str, bytes] = {}
@@ -791,7 +794,8 @@ class AgentDaemon:
             delta = target.delta
             path = (self.layout.resume_file(target.version) if delta is None
                     else self.layout.delta_resume_file(delta.version, delta.base))
-            write_atomically(path, [data], mode=0o644)
+            # Not fsynced: a transfer ignores resume data it cannot use.
+            write_atomically(path, [data], mode=0o644, durable=False)
 
     def _collect(self) -> None:
         downloading = self._target.version if self._target is not None else None

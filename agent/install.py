@@ -120,7 +120,7 @@ def install_version(
     ):
         if path.exists():
             path.unlink()
-        write_atomically(path, [data], mode=READ_ONLY)
+        write_atomically(path, [data], mode=READ_ONLY, sync_directory=False)  # fsynced once below
     _place(staged_file, target, keep_staged=keep_staged)
     fsync_directory(target_dir)
     fsync_directory(staged_file.parent)

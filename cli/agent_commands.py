@@ -163,7 +163,10 @@ def run_agent(args: argparse.Namespace) -> int:
     config = load_agent_config(args)
     keys = load_public_keys(config.public_keys)
     try:  # an unusable data directory fails before anything starts
-        prepare_data_dir(config.data_dir)
+        if config.filters:  # each filter's daemon prepares its own folder under it
+            config.data_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        else:
+            prepare_data_dir(config.data_dir)
     except OSError as exc:
         raise ConfigError(f"cannot use data_dir {config.data_dir}: {exc.strerror or exc}") from exc
     if config.filters:

@@ -28,12 +28,20 @@ def write_atomically(
     *,
     mode: int = 0o644,
     overwrite: bool = True,
+    durable: bool = True,
+    sync_directory: bool = True,
 ) -> None:
     """Write the concatenated ``parts`` to ``path`` atomically with permission ``mode``.
 
     With ``overwrite=False`` an existing target raises FileExistsError (checked by a
     hard link, so two racing writers cannot both win). The temporary file is removed on
     any failure, including KeyboardInterrupt.
+
+    ``durable=False`` skips both fsyncs: readers still see the old or the whole new file
+    while the machine runs, but after a crash the target may be empty or missing. Only for
+    files whose reader checks them and can do without (documents kept in staging, which
+    are verified again). ``sync_directory=False`` skips the directory's fsync alone, for a
+    caller that fsyncs the directory itself once after several files.
     """
     target = Path(path)
     directory = target.parent
@@ -44,13 +52,15 @@ def write_atomically(
                 out.write(part)
             out.flush()
             os.fchmod(out.fileno(), mode)
-            os.fsync(out.fileno())
+            if durable:
+                os.fsync(out.fileno())
         if overwrite:
             os.replace(tmp_name, target)
         else:
             os.link(tmp_name, target)
             os.unlink(tmp_name)
-        fsync_directory(directory)
+        if durable and sync_directory:
+            fsync_directory(directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)

@@ -29,8 +29,14 @@ pytestmark = pytest.mark.skipif(shutil.which("opentracker") is None, reason="ope
 AGENTS = 3
 
 
-def _builder(keys: list[str]) -> FilterBuilder:
-    builder = FilterBuilder.for_capacity(20_000, 0.01)
+SMALL = 20_000
+"""Keys of a small filter (about 24 KB: fetched by one HTTP GET, swarm.direct_max_bytes)."""
+LARGE = 400_000
+"""Keys of a filter large enough for the swarm (about 480 KB)."""
+
+
+def _builder(keys: list[str], capacity: int = SMALL) -> FilterBuilder:
+    builder = FilterBuilder.for_capacity(capacity, 0.01)
     builder.add_many(keys)
     return builder
 
@@ -39,6 +45,12 @@ def _versions(agent: AgentProcess) -> dict[str, int | None]:
     """Each filter's installed version, from the agent's /status."""
     filters = agent.status().get("filters", {})
     return {name: status.get("current_version") for name, status in filters.items()}
+
+
+def _filter_metrics(agent: AgentProcess, name: str) -> dict[str, float]:
+    """Filter ``name``'s metrics from the agent's /status, without the common prefix."""
+    metrics = agent.status()["filters"][name]["metrics"]
+    return {key.removeprefix("bloomswarm_agent_"): float(value) for key, value in metrics.items()}
 
 
 def _all_on(fleet: LocalFleet, wanted: dict[str, int]) -> None:
@@ -52,8 +64,9 @@ def test_agents_follow_many_filters_through_one_index(
 ) -> None:
     spec = fleet_spec(agents=AGENTS, filters=("alpha", "beta"))
     with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
-        fleet.publish_filters({"alpha": _builder(["a-1"]), "beta": _builder(["b-1"]),
-                               "stranger": _builder(["s-1"])})
+        published = fleet.publish_filters({"alpha": _builder(["a-1"]), "beta": _builder(["b-1"], LARGE),
+                                           "stranger": _builder(["s-1"])})
+        assert published.manifests["alpha"].size <= 256 * 1024 < published.manifests["beta"].size
         _all_on(fleet, {"alpha": 1, "beta": 1})
 
         first = fleet.agents[0]
@@ -74,6 +87,14 @@ def test_agents_follow_many_filters_through_one_index(
         assert b'bloomswarm_agent_current_version{filter="alpha"} 2.0' in metrics
         assert b'bloomswarm_agent_current_version{filter="beta"} 1.0' in metrics
         assert b"bloomswarm_agent_index_unknown_filters 1.0" in metrics
+        # The small filter's file came by plain HTTP: no byte of it from peers (its v2 may
+        # come as a delta, and deltas always use the swarm); the large one through the one
+        # shared session, where the agents served it to each other.
+        counted = [_filter_metrics(a, "alpha") for a in fleet.agents]
+        assert all(m["bytes_from_peers_total"] <= m["delta_bytes_total"] for m in counted), counted
+        alpha_size = published.manifests["alpha"].size
+        assert all(m["bytes_from_origin_total"] >= alpha_size for m in counted), counted
+        assert sum(_filter_metrics(a, "beta")["bytes_from_peers_total"] for a in fleet.agents) > 0
 
         # SIGHUP with one more filter: it starts; the running ones are not restarted.
         config = first.config_path.read_text()

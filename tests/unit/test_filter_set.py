@@ -23,6 +23,7 @@ from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.origin import Origin
 from bloomswarm.agent.scoped_transfer import ScopedTransfer
 from bloomswarm.agent.transfer import OriginURLFactory
+from bloomswarm.agent_filters import format_filters_status
 from bloomswarm.common.bucket_layout import INDEX_KEY
 from bloomswarm.common.datadir import DataDir, filter_data_dir
 from bloomswarm.common.filter_index import read_index_unverified
@@ -30,6 +31,7 @@ from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.storage import MemoryObjectStore, StoredObject
 from bloomswarm.publisher.filter_index import sync_index
+from bloomswarm.publisher.pinning import pin
 
 from . import agent_helpers
 from .agent_helpers import KEY, PUBLIC, ROGUE_KEY, TickingClock, agent_config, publish
@@ -273,3 +275,31 @@ def test_a_configuration_without_filters_is_refused(tmp_path: Path, store: Memor
     with pytest.raises(ValueError, match="filters"):
         FilterSet(config, MemoryTransfer(MemoryOrigin(store)), IndexPoller(store, PUBLIC),
                   lambda _e, _c: None)  # type: ignore[arg-type,return-value]
+
+
+def test_a_pin_rolls_back_one_filter_and_the_others_stay(tmp_path: Path, store: MemoryObjectStore) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "a", ["1", "2"])
+    publish_filter(store, "b", ["3"])
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until(lambda: fleet.version("a") == 2 and fleet.version("b") == 1)
+    pin(PrefixedStore(store, filter_prefix("a")), 1, KEY, PUBLIC, "unit-test")
+    sync_index(store, ["a"], KEY, "unit-test", sleep=lambda _s: None)
+    fleet.run_until(lambda: fleet.version("a") == 1)
+    assert fleet.agent.status()["filters"]["a"]["pointer"]["pinned"] is True
+    publish_filter(store, "b", ["3", "4"])  # the other filter still moves forward
+    fleet.run_until(lambda: fleet.version("b") == 2)
+    assert fleet.version("a") == 1
+
+
+def test_agent_status_prints_a_line_per_filter(tmp_path: Path, store: MemoryObjectStore) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "other", ["2"])
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until(lambda: fleet.version("a") == 1)
+    text = format_filters_status("http://127.0.0.1:9731", fleet.agent.status())
+    lines = text.splitlines()
+    assert lines[0] == "agent        http://127.0.0.1:9731 (2 filters, 1 ready)"
+    assert lines[1].startswith("index        sequence 2, issued ")
+    assert lines[2] == "ignored      other (in the index, not in the configuration)"
+    assert lines[3:] == ["  a  v1, ready", "  b  none, not ready"]
