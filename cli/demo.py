@@ -13,6 +13,13 @@ The summary gives each round's publish-to-last-swap time and origin bytes, and t
 client's rate and error counts; the exit code is 1 when a round did not reach every
 agent or the client saw an error or a false negative.
 
+With ``--filters N`` every agent follows N named filters (f01 .. fN, one ``[[filters]]``
+table each) instead of one: each round builds a version of every filter (``--keys``
+split between them, at least :data:`MIN_FILTER_KEYS` each), publishes them and moves
+index.json once (:meth:`~bloomswarm.sandbox.fleet.LocalFleet.publish_filters`), and
+follows every agent until it serves every filter's new version; the origin's bytes are
+set against the filters' files added up, and the lookup client reads f01.
+
 Ctrl-C (or SIGTERM) stops the client, the agents, the tracker and the S3 server, each by
 its PID, and removes the files (unless ``--dir``).
 """
@@ -47,6 +54,9 @@ DEMO_MODULES = ("moto", "flask", "flask_cors")
 INSTALL_HINT = ("moto's S3 server is not installed; install the demo extra: pip install 'bloomswarm[demo]' "
                 "(in a checkout: pip install '.[demo]', or run scripts/run.sh)")
 MAX_AGENTS = 100
+MAX_FILTERS = 1000
+MIN_FILTER_KEYS = 1000
+"""Keys per named filter at the least (``--keys`` / ``--filters`` when more)."""
 POLL_S = 0.25
 
 
@@ -60,7 +70,12 @@ def register(commands: Any) -> None:
     demo.add_argument("--agents", type=int_range(1, MAX_AGENTS), default=8, metavar="N",
                       help="agent processes (8)")
     demo.add_argument("--keys", type=int_range(1000), default=5_000_000, metavar="N",
-                      help="keys per version (5,000,000)")
+                      help="keys per version (5,000,000); with --filters, per round, split "
+                      f"between the filters (at least {MIN_FILTER_KEYS:,} each)")
+    demo.add_argument("--filters", type=int_range(1, MAX_FILTERS), metavar="N",
+                      help="every agent follows N named filters (f01 .. fN) through one index, and "
+                      "each round publishes a new version of all of them at once (default: one "
+                      "unnamed filter)")
     demo.add_argument("--rounds", type=int_range(1, 1000), default=2, metavar="N",
                       help="versions to publish, v1 included (2: v1, then v2)")
     demo.add_argument("--fpp", type=fpp_value, default=0.01, metavar="RATE",
@@ -79,6 +94,19 @@ def register(commands: Any) -> None:
                       help="print progress lines instead of the live table (automatic when "
                       "stdout is not a terminal)")
     demo.set_defaults(handler=run_demo)
+
+
+def filter_names(count: int) -> tuple[str, ...]:
+    """The demo's ``count`` filter names: f01 .. fN, zero-padded to one width (2 digits
+    at least)."""
+    width = max(2, len(str(count)))
+    return tuple(f"f{number:0{width}d}" for number in range(1, count + 1))
+
+
+def keys_per_filter(keys: int, filters: int) -> int:
+    """Each named filter's keys per version: ``keys`` split evenly, :data:`MIN_FILTER_KEYS`
+    at the least."""
+    return max(MIN_FILTER_KEYS, keys // filters)
 
 
 def missing_modules() -> list[str]:
@@ -127,7 +155,11 @@ class Demo:
         from .demo_data import KeyPlan
 
         self.args = args
-        self.plan: KeyPlan = KeyPlan(args.keys, args.rounds)
+        self.filters = filter_names(args.filters) if args.filters else ()
+        """Named filters every agent follows (empty: the single filter)."""
+        keys = keys_per_filter(args.keys, len(self.filters)) if self.filters else args.keys
+        self.plan: KeyPlan = KeyPlan(keys, args.rounds)
+        """The keys of the single filter, or of each named filter (:meth:`KeyPlan.for_filter`)."""
         self.console = Console(highlight=False)
         self.live = self.console.is_terminal and not args.plain
         self.keep = args.dir is not None
@@ -143,14 +175,14 @@ class Demo:
 
         root = self._make_root()
         args = self.args
-        spec = FleetSpec(agents=args.agents, discovery=args.discovery)  # the agent's defaults
+        spec = FleetSpec(agents=args.agents, discovery=args.discovery, filters=self.filters)  # agent defaults
         versions = "v1" if args.rounds == 1 else f"v1 to v{args.rounds}"
         report = None
         error: str | None = None
         fleet: LocalFleet | None = None
         try:
             try:
-                self.say(f"bloomswarm demo: {args.agents} agents, {args.keys:,} keys per version, "
+                self.say(f"bloomswarm demo: {args.agents} agents, {self._keys_text()}, "
                          f"{args.rounds} round{'s' if args.rounds > 1 else ''} ({versions}), "
                          f"false-positive target {args.fpp:g}")
                 self.say(f"files: {root}" + ("" if self.keep else " (removed at the end; --dir keeps them)"))
@@ -173,6 +205,17 @@ class Demo:
                 if not self.keep and (error is None or fleet is None):
                     shutil.rmtree(root, ignore_errors=True)
         return self._finish(report, error, root)
+
+    def _keys_text(self) -> str:
+        if not self.filters:
+            return f"{self.plan.keys:,} keys per version"
+        return (f"{len(self.filters)} filters ({self.filters[0]} to {self.filters[-1]}) of "
+                f"{self.plan.keys:,} keys per version each")
+
+    @property
+    def client_filter(self) -> str | None:
+        """The named filter the lookup client reads: the first (None: the single filter)."""
+        return self.filters[0] if self.filters else None
 
     def _make_root(self) -> Path:
         if self.args.dir is None:
@@ -213,8 +256,9 @@ class Demo:
         count = len(fleet.agents)
         self.say(f"agents up: {count}/{count} after {time.monotonic() - started:.1f} s (each is a "
                  f"`bloomswarm agent run` process; data and logs in {fleet.root}/agentN)")
-        self.client = LookupClient(fleet.agents[0].data_dir, self.plan).start()
-        self.say(f"lookup client started (pid {self.client.pid}): LiveFilter on agent0's data directory")
+        self.client = LookupClient(fleet.agents[0].data_dir, self.plan, self.client_filter).start()
+        reads = "data directory" if self.client_filter is None else f"filter {self.client_filter}"
+        self.say(f"lookup client started (pid {self.client.pid}): LiveFilter on agent0's {reads}")
 
     def _wait_until_up(self, fleet: LocalFleet) -> None:
         from bloomswarm.sandbox.fleet import FleetError
@@ -240,21 +284,30 @@ class Demo:
     # -- rounds ------------------------------------------------------------------------------
 
     def _run_rounds(self, fleet: LocalFleet) -> None:
-        from .demo_view import DemoState, LiveView, PlainView
+        from .demo_view import DemoState, LiveView, PlainView, size_text
 
-        state = DemoState(agents=len(fleet.agents), rounds=self.args.rounds, client_agent="agent0")
+        state = DemoState(agents=len(fleet.agents), rounds=self.args.rounds, client_agent="agent0",
+                          client_filter=self.client_filter, filters=len(self.filters))
         view: View = LiveView(self.console) if self.live else PlainView()
         state.views = fleet.views()
+        run_round = self._filters_round if self.filters else self._round
         with view:
             for number in range(1, self.args.rounds + 1):
-                result = self._round(fleet, number, state, view)
+                result = run_round(fleet, number, state, view)
                 self.rounds.append(result)
                 if not result.converged:
-                    view.event(f"round {number}: v{result.version} did not reach every agent: {result.error}")
+                    every = "every agent and filter" if self.filters else "every agent"
+                    view.event(f"round {number}: v{result.version} did not reach {every}: {result.error}")
                     return
-                view.event(f"round {number}: all {state.agents} agents on v{result.version}, last swap "
-                           f"{result.last_swap_s:.2f} s after the publish; origin sent "
-                           f"{result.origin_copies:.2f} x the file")
+                if self.filters:
+                    view.event(f"round {number}: all {state.agents} agents have all {len(self.filters)} "
+                               f"filters on v{result.version}, last swap {result.last_swap_s:.2f} s after "
+                               f"the publish (index.json moving); origin sent {result.origin_copies:.2f} x "
+                               f"the files ({size_text(result.file_size)})")
+                else:
+                    view.event(f"round {number}: all {state.agents} agents on v{result.version}, last swap "
+                               f"{result.last_swap_s:.2f} s after the publish; origin sent "
+                               f"{result.origin_copies:.2f} x the file")
                 self._watch_client(fleet, state, view, result.version)
 
     def _round(self, fleet: LocalFleet, number: int, state: DemoState, view: View) -> RoundResult:
@@ -326,6 +379,84 @@ class Demo:
         view.update(state)
         return result
 
+    def _filters_round(self, fleet: LocalFleet, number: int, state: DemoState, view: View) -> RoundResult:
+        """One round with named filters: build a version of each, publish them all and move
+        index.json once, then follow every agent until it serves all of them."""
+        from bloomswarm.sandbox.fleet import FleetError
+
+        from .demo_data import build_version
+        from .demo_view import RoundResult, size_text
+
+        names, rounds = self.filters, self.args.rounds
+        total = self.plan.keys * len(names)
+        state.current = None
+        state.phase = (f"round {number}/{rounds}: building v{number} of {len(names)} filters from "
+                       f"{total:,} keys")
+        view.event(state.phase)
+        view.update(state)
+        started = time.monotonic()
+        builders = {}
+        for index, name in enumerate(names):
+            builders[name] = build_version(self.plan.for_filter(index), number, self.args.fpp)
+            state.phase = (f"round {number}/{rounds}: building v{number}: {index + 1}/{len(names)} "
+                           "filters")
+            self._refresh_client(state)
+            view.update(state)
+        build_s = time.monotonic() - started
+        state.phase = (f"round {number}/{rounds}: publishing v{number} of {len(names)} filters (each: "
+                       "file, torrent, upload to S3, signed manifest, latest.json), then index.json")
+        view.update(state)
+        origin_before = fleet.origin_bytes()
+        peers_before = sum(v.bytes_from_peers for v in fleet.views())
+        started = time.monotonic()
+        published = fleet.publish_filters(builders)
+        manifests = published.manifests
+        result = RoundResult(number, max(m.version for m in manifests.values()), len(fleet.agents),
+                             sum(m.size for m in manifests.values()), build_s, time.monotonic() - started,
+                             published.announced_at, targets={n: m.version for n, m in manifests.items()})
+        deltas = [m.delta_from(m.version - 1) for m in manifests.values()]
+        result.delta_size = sum(d.size for d in deltas if d is not None)
+        view.event(f"v{result.version} of {len(names)} filters published: {self.plan.keys:,} keys and "
+                   f"{size_text(result.file_size / len(names))} each, {size_text(result.file_size)} in "
+                   f"all; built in {result.build_s:.1f} s, written, uploaded and announced (index.json "
+                   f"moved once) in {result.publish_s:.1f} s")
+        state.current = result
+        state.phase = "distributing"
+        deadline = time.monotonic() + self.args.timeout
+        try:
+            while True:
+                views = fleet.views()
+                state.views = views
+                state.origin_bytes = fleet.origin_bytes()
+                result.origin_bytes = state.origin_bytes - origin_before
+                result.peer_bytes = sum(v.bytes_from_peers for v in views) - peers_before
+                for agent in views:
+                    if result.record_filters(agent, time.time()):
+                        used = sum(key.startswith(f"{agent.name}/") for key in result.by_delta)
+                        view.event(f"  {agent.name} has all {len(names)} filters on v{result.version}, last "
+                                   f"swap {result.swaps[agent.name]:.2f} s after the publish (so far from "
+                                   f"peers {size_text(agent.bytes_from_peers)}, from origin "
+                                   f"{size_text(agent.bytes_from_origin)}"
+                                   f"{f'; {used} by delta' if used else ''})")
+                self._refresh_client(state)
+                view.update(state)
+                dead = [agent for agent in views if not agent.alive]
+                if dead:
+                    raise FleetError(f"{dead[0].name} exited; its log: {fleet.root / dead[0].name}/agent.log")
+                if len(result.swaps) == len(views):
+                    break
+                if time.monotonic() > deadline:
+                    missing = [agent.name for agent in views if agent.name not in result.swaps]
+                    raise FleetError(f"v{result.version} did not reach every filter of {len(missing)} agents "
+                                     f"in {self.args.timeout:.0f} s: {', '.join(missing[:8])}")
+                time.sleep(POLL_S)
+            state.phase = "every agent swapped every filter"
+        except FleetError as exc:
+            result.error = _first_line(exc)
+            state.phase = f"failed: {result.error}"
+        view.update(state)
+        return result
+
     def _watch_client(self, fleet: LocalFleet, state: DemoState, view: View, version: int) -> None:
         """Follow the agents and the client for ``--pause`` seconds, and at least until the
         client answers from ``version`` (at most 30 s)."""
@@ -358,9 +489,9 @@ class Demo:
                 self.say(f"files kept for inspection (agent logs: {root}/agentN/agent.log)")
             print(f"bloomswarm demo: error: {error}", file=sys.stderr)
             return 1
-        setup = (f"{self.args.agents} agents, {self.discovery}, {self.args.keys:,} keys per version, "
-                 f"fpp {self.args.fpp:g}")
-        for line in summary_lines(self.rounds, report, self.args.agents, "agent0", setup):
+        setup = f"{self.args.agents} agents, {self.discovery}, {self._keys_text()}, fpp {self.args.fpp:g}"
+        for line in summary_lines(self.rounds, report, self.args.agents, "agent0", setup,
+                                  client_filter=self.client_filter):
             self.say(line)
         problems = failures(self.rounds, self.args.rounds, report)
         if error is not None:

@@ -1,5 +1,6 @@
 """The demo's lookup client: a separate process that queries one agent's data directory
-through :class:`~bloomswarm.common.live.LiveFilter` while versions are swapped under it.
+(or one named filter of it) through :class:`~bloomswarm.common.live.LiveFilter` while
+versions are swapped under it.
 
 It looks up keys held by every version of the run in batches (``contains_many``) and
 checks every answer: a key reported absent is a false negative, an exception is an error;
@@ -61,8 +62,9 @@ class ClientReport:
         return self.false_positives / self.absent_lookups if self.absent_lookups else 0.0
 
 
-def client_main(directory: str, keys: int, rounds: int, conn: Connection) -> None:
-    """The client process: look up until the parent sends :data:`STOP` (or goes away)."""
+def client_main(directory: str, keys: int, rounds: int, conn: Connection, filter: str | None = None) -> None:
+    """The client process: look up ``directory`` (named filter ``filter`` of it, when
+    given) until the parent sends :data:`STOP` (or goes away)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it; Ctrl-C goes to the parent
     from bloomswarm.common.live import LiveFilter
 
@@ -71,7 +73,7 @@ def client_main(directory: str, keys: int, rounds: int, conn: Connection) -> Non
     batches = [present[i:i + BATCH] for i in range(0, len(present), BATCH)]
     counters = _Counters(os.getpid())
     parent = os.getppid()
-    live = LiveFilter(directory, poll_interval=0.2)
+    live = LiveFilter(directory, filter=filter, poll_interval=0.2)
     try:
         next_report = time.monotonic()
         for batch_index in _cycle(len(batches)):
@@ -156,11 +158,14 @@ class LookupClient:
 
     The process is started with SIGINT ignored (it inherits that), so a Ctrl-C on the
     terminal reaches only the demo, which then stops the client with :meth:`stop`.
+    ``filter`` names the filter of ``directory`` to read (None: a single-filter one); the
+    keys it expects are ``plan``'s with base 0, i.e. the single or first named filter's.
     """
 
-    def __init__(self, directory: Path, plan: KeyPlan) -> None:
+    def __init__(self, directory: Path, plan: KeyPlan, filter: str | None = None) -> None:
         self.directory = directory
         self.plan = plan
+        self.filter = filter
         self.latest: ClientReport | None = None
         self._process: Any = None
         self._conn: Connection | None = None
@@ -175,7 +180,7 @@ class LookupClient:
         self._conn = ours
         self._process = context.Process(
             target=client_main, name="bloomswarm-demo-lookup-client",
-            args=(str(self.directory), self.plan.keys, self.plan.rounds, theirs), daemon=True)
+            args=(str(self.directory), self.plan.keys, self.plan.rounds, theirs, self.filter), daemon=True)
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             self._process.start()

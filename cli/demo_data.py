@@ -1,10 +1,13 @@
 """The demo's generated data: which uint64 keys each version holds, and building it.
 
 Version ``v`` (1-based) holds the ``keys`` consecutive integers starting at
-``(v - 1) * churn``: each new version drops ``churn`` keys and adds ``churn`` new ones.
-Keys from ``(rounds - 1) * churn`` up to ``keys`` are in every version of a run, so a
-lookup client may expect them to be found whatever version it reads; keys from
-:data:`ABSENT_BASE` up are in none (their hits are false positives).
+``base + (v - 1) * churn``: each new version drops ``churn`` keys and adds ``churn`` new
+ones. Keys from ``base + (rounds - 1) * churn`` up to ``base + keys`` are in every version
+of a run, so a lookup client may expect them to be found whatever version it reads; keys
+from :data:`ABSENT_BASE` up are in none (their hits are false positives). With named
+filters (``demo --filters N``), filter ``i`` (0-based) has its own ``base``, ``i`` times
+the span of one filter's keys, so no two filters share a key (nor a file); the first
+one's keys are those of the single-filter demo.
 """
 
 from __future__ import annotations
@@ -33,10 +36,14 @@ class KeyPlan:
     """Keys per version."""
     rounds: int
     """Versions published (v1 .. v``rounds``)."""
+    base: int = 0
+    """First key of v1 (0 but for the second and later named filters)."""
 
     def __post_init__(self) -> None:
         if self.keys < 2 or self.rounds < 1:
             raise ValueError("a key plan needs at least 2 keys and 1 round")
+        if self.base < 0 or self.base + self.span > ABSENT_BASE:
+            raise ValueError(f"a key plan's keys must lie below {ABSENT_BASE:,}")
 
     @property
     def churn(self) -> int:
@@ -44,14 +51,23 @@ class KeyPlan:
         at least half of the keys are in every version."""
         return max(1, self.keys // max(100, 2 * self.rounds))
 
+    @property
+    def span(self) -> int:
+        """How many consecutive integers the run's versions draw their keys from."""
+        return self.keys + (self.rounds - 1) * self.churn
+
+    def for_filter(self, index: int) -> KeyPlan:
+        """The plan of named filter ``index`` (0-based): as many keys, none shared."""
+        return KeyPlan(self.keys, self.rounds, index * self.span)
+
     def version_range(self, version: int) -> tuple[int, int]:
         """``[start, stop)`` of the keys of ``version``."""
-        start = (version - 1) * self.churn
+        start = self.base + (version - 1) * self.churn
         return start, start + self.keys
 
     def common_range(self) -> tuple[int, int]:
         """``[start, stop)`` of the keys held by every version of the run."""
-        return (self.rounds - 1) * self.churn, self.keys
+        return self.base + (self.rounds - 1) * self.churn, self.base + self.keys
 
     def common_sample(self, size: int) -> U64Array:
         """Up to ``size`` keys held by every version, spread evenly over their range."""

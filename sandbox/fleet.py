@@ -157,10 +157,24 @@ class AgentView:
         return None if self.status is None else self.status.get("current_version")
 
     def metric(self, name: str) -> float:
-        """A /metrics sample by its full name without the ``bloomswarm_agent_`` prefix."""
+        """A /metrics sample by its full name without the ``bloomswarm_agent_`` prefix; for
+        an agent following named filters, the sum over its filters."""
         if self.status is None:
             return 0.0
+        if "filters" in self.status:
+            return sum(self.filter(n).metric(name) for n in self.filter_names)
         return float(self.status.get("metrics", {}).get(f"bloomswarm_agent_{name}", 0.0))
+
+    @property
+    def filter_names(self) -> list[str]:
+        """The named filters this agent's /status lists, sorted ([] for a single filter)."""
+        return sorted((self.status or {}).get("filters") or {})
+
+    def filter(self, name: str) -> AgentView:
+        """Named filter ``name`` of this agent as a single-filter view (its ``version``,
+        ``swapped_at``, ``progress``...; ``status`` None when /status does not list it)."""
+        filters = (self.status or {}).get("filters") or {}
+        return AgentView(self.name, filters.get(name), self.alive)
 
     @property
     def progress(self) -> float:

@@ -2,10 +2,11 @@
 
 The demo runs as a subprocess with its output on a pipe (as in CI: plain lines, no live
 table): moto's S3 server, opentracker or the DHT, three agents as processes, the
-publisher and the lookup client, all on 127.0.0.1. TMPDIR points into the test's own
-folder, so the test sees that a run leaves no files behind. The Ctrl-C test collects the
-demo's child processes before the signal and checks each one is gone after; any that
-survive are killed by PID and the test fails.
+publisher and the lookup client, all on 127.0.0.1 (with ``--filters 3``: two agents
+following three named filters). TMPDIR points into the test's own folder, so the test
+sees that a run leaves no files behind. The Ctrl-C test collects the demo's child
+processes before the signal and checks each one is gone after; any that survive are
+killed by PID and the test fails.
 """
 
 from __future__ import annotations
@@ -67,6 +68,30 @@ def test_demo_publishes_every_round_to_every_agent_and_reports_a_clean_summary(t
                             stdin=subprocess.DEVNULL, env=_env(tmp), check=False)
     _check_run(result, rounds=2)
     assert "lookup client started (pid" in result.stdout
+    assert _leftovers(tmp) == []
+
+
+def test_demo_with_named_filters_brings_every_filter_to_every_agent(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    command = [sys.executable, "-m", "bloomswarm", "demo", "--agents", "2", "--filters", "3",
+               "--keys", "3000", "--rounds", "2", "--plain", "--pause", "0.5", "--timeout", "120"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL,
+                            env=_env(tmp), check=False)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "lookup client started (pid" in out and "LiveFilter on agent0's filter f01" in out
+    for version in (1, 2):
+        for agent in range(2):
+            done = rf"^  agent{agent} has all 3 filters on v{version}, last swap [0-9.]+ s"
+            assert re.search(done, out, re.M), out
+        assert f"round {version}: all 2 agents have all 3 filters on v{version}" in out
+        assert re.search(rf"^  {version} +v{version} .* all agents, all filters$", out, re.M), out
+    setup = r"^summary: 2 agents, (opentracker|DHT), 3 filters \(f01 to f03\) of 1,000 keys"
+    assert re.search(setup, out, re.M), out
+    assert re.search(r"lookup client \(agent0's filter f01, .*versions v1( -> v\d+)*, 0 errors, "
+                     r"0 false negatives", out), out
+    assert out.rstrip().endswith("result: OK")
     assert _leftovers(tmp) == []
 
 

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from bloomswarm import demo, demo_data
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.datadir import DataDir
+from bloomswarm.common.datadir import DataDir, filter_data_dir
 from bloomswarm.common.reader import Filter
 from bloomswarm.demo_client import ClientReport, LookupClient
 from bloomswarm.demo_data import KeyPlan, build_version
@@ -30,6 +30,7 @@ from bloomswarm.demo_view import (
     PlainView,
     RoundResult,
     failures,
+    filters_on,
     render,
     size_text,
     summary_lines,
@@ -59,6 +60,19 @@ def test_many_rounds_keep_at_least_half_the_keys_common() -> None:
     plan = KeyPlan(1000, 400)
     start, stop = plan.common_range()
     assert plan.churn >= 1 and stop - start >= 1000 // 2 - plan.churn
+
+
+def test_each_named_filter_has_keys_of_its_own_and_the_first_has_the_single_filters() -> None:
+    plan = KeyPlan(1000, 3)
+    assert plan.for_filter(0) == plan
+    ranges = [plan.for_filter(i).version_range(v) for i in range(3) for v in (1, 2, 3)]
+    first, second = plan.for_filter(0), plan.for_filter(1)
+    assert first.version_range(3)[1] <= second.version_range(1)[0]  # disjoint, every version
+    assert all(start < stop <= 3 * plan.span for start, stop in ranges)
+    low, high = second.common_range()
+    assert second.version_range(3)[0] <= low and high <= second.version_range(1)[1]
+    with pytest.raises(ValueError):
+        KeyPlan(1000, 2, base=demo_data.ABSENT_BASE - 10)
 
 
 def test_a_plan_needs_keys_and_rounds() -> None:
@@ -136,6 +150,17 @@ def test_lookup_client_counts_false_negatives(tmp_path: Path) -> None:
     finally:
         client.stop()
     assert report.errors == 0
+
+
+def test_lookup_client_reads_the_named_filter_it_is_given(tmp_path: Path) -> None:
+    plan = KeyPlan(5000, 1)
+    client = LookupClient(tmp_path, plan, "f01").start()
+    try:
+        _install(filter_data_dir(tmp_path, "f01"), 1, build_version(plan, 1, 0.01))
+        report = _wait_report(client, lambda r: r.version == 1 and r.lookups > 0)
+    finally:
+        client.stop()
+    assert report.errors == 0 and report.false_negatives == 0
 
 
 def test_client_process_ignores_ctrl_c(tmp_path: Path) -> None:
@@ -284,6 +309,99 @@ def test_plain_view_prints_its_first_progress_line_on_a_freshly_booted_machine()
     assert len(out.getvalue().splitlines()) == 2
 
 
+# -- named filters (--filters N) ------------------------------------------------------------
+
+
+def _filters_view(name: str, versions: dict[str, int], *, downloading: dict[str, float] | None = None,
+                  by_delta: tuple[str, ...] = ()) -> AgentView:
+    """An agent of named filters: each at ``versions[name]`` (swapped at 100.0 + its
+    position), downloading v+1 of those in ``downloading`` (name -> progress)."""
+    filters = {}
+    for index, (filter_name, version) in enumerate(versions.items()):
+        progress = (downloading or {}).get(filter_name)
+        swap = {"version": version, "at": 100.0 + index,
+                "delta_from": version - 1 if filter_name in by_delta else None}
+        filters[filter_name] = {
+            "current_version": version, "last_swap": swap,
+            "download": None if progress is None else {"version": version + 1, "progress": progress},
+            "metrics": {"bloomswarm_agent_peers": 1.0, "bloomswarm_agent_bytes_from_peers_total": 2**20,
+                        "bloomswarm_agent_bytes_from_origin_total": 2**10}}
+    return AgentView(name, {"ready": True, "filters": filters, "index": {"sequence": 2}}, True)
+
+
+def _filters_round(**changes: Any) -> RoundResult:
+    values: dict[str, Any] = dict(swaps={}, targets={"f01": 2, "f02": 2, "f03": 2}, file_size=3000)
+    values.update(changes)
+    return _round(**values)
+
+
+def test_named_filters_flags_names_and_keys_per_filter() -> None:
+    assert demo.filter_names(3) == ("f01", "f02", "f03")
+    assert demo.filter_names(100)[:2] == ("f001", "f002") and demo.filter_names(100)[-1] == "f100"
+    assert demo.keys_per_filter(3000, 3) == 1000 and demo.keys_per_filter(5_000_000, 4) == 1_250_000
+    assert demo.keys_per_filter(10_000, 100) == demo.MIN_FILTER_KEYS  # at least 1,000 each
+    run = _demo_for(["--filters", "3", "--keys", "3000"])
+    assert run.filters == ("f01", "f02", "f03") and run.plan.keys == 1000 and run.client_filter == "f01"
+    single = _demo_for(["--keys", "3000"])
+    assert single.filters == () and single.plan.keys == 3000 and single.client_filter is None
+
+
+def test_an_agent_view_reads_each_named_filter_and_adds_up_their_counters() -> None:
+    view = _filters_view("agent0", {"f01": 2, "f02": 1}, downloading={"f02": 0.5})
+    assert view.filter_names == ["f01", "f02"] and view.version is None
+    assert view.filter("f02").version == 1 and view.filter("f02").progress == 0.5
+    assert view.filter("f01").swapped_at(2) == 100.0 and view.filter("f09").status is None
+    assert view.bytes_from_peers == 2 * 2**20 and view.peers == 2
+    assert filters_on(view, {"f01": 2, "f02": 2}) == 1 and filters_on(view, {"f01": 1, "f02": 1}) == 2
+
+
+def test_a_round_of_named_filters_completes_an_agent_at_its_last_filter() -> None:
+    result = _filters_round(delta_size=300)
+    assert not result.record_filters(_filters_view("agent0", {"f01": 2, "f02": 2, "f03": 1}), now=150.0)
+    assert result.filter_swaps["agent0"] == {"f01": 1.0, "f02": 2.0} and result.swaps == {}
+    done = _filters_view("agent0", {"f01": 2, "f02": 2, "f03": 2}, by_delta=("f03",))
+    assert result.record_filters(done, now=150.0)
+    assert result.swaps == {"agent0": 3.0}  # its last filter, from the agent's own swap time
+    assert not result.record_filters(done, now=150.0)  # once
+    assert result.record_filters(_filters_view("agent1", {"f01": 2, "f02": 3, "f03": 2}), now=150.0)
+    assert result.converged and result.by_delta == {"agent0/f03"}
+    assert result.delta_text == "300 B = 10.0%, 1/6 swaps"
+
+
+def test_the_table_and_plain_lines_count_each_agents_filters_on_the_rounds_version() -> None:
+    behind = _filters_view("agent1", {"f01": 2, "f02": 1, "f03": 1}, downloading={"f02": 0.5})
+    state = DemoState(agents=2, rounds=2, client_agent="agent0", client_filter="f01", filters=3,
+                      phase="distributing", current=_filters_round(swaps={"agent0": 3.0}),
+                      client=_report(version=1),
+                      views=[_filters_view("agent0", {"f01": 2, "f02": 2, "f03": 2}), behind])
+    console = Console(file=io.StringIO(), width=200, record=True)
+    console.print(render(state, now=101.0))
+    text = console.export_text()
+    assert "round 2/2: v2 of 3 filters - distributing - published 2.0 s ago, 1/2 agents with every " \
+           "filter swapped" in text
+    assert "last swap after" in text
+    agent0 = next(line for line in text.splitlines() if line.startswith("agent0"))
+    assert agent0.split()[:6] == ["agent0", "3/3", "on", "v2", "serving", "100%"] and "3.00 s" in agent0
+    agent1 = next(line for line in text.splitlines() if line.startswith("agent1"))
+    assert agent1.split()[:7] == ["agent1", "1/3", "on", "v2", "downloading", "1", "50%"]
+    assert "x the 3 files" in text and "lookup client (pid 1, agent0's filter f01)" in text
+    out = io.StringIO()
+    PlainView(out, interval_s=0.0).update(state)
+    assert "filters on v2: agent0 3/3, agent1 1/3" in out.getvalue()
+
+
+def test_the_summary_of_named_filters_sets_origin_against_all_files() -> None:
+    rounds = [_filters_round(round=1, version=1, swaps={"agent0": 1.0, "agent1": 1.5}, origin_bytes=3000)]
+    lines = summary_lines(rounds, _report(versions=(1,)), 2, "agent0", "2 agents, 3 filters",
+                          client_filter="f01")
+    text = "\n".join(lines)
+    assert "origin/files" in text and "1.00x" in text and "all agents, all filters" in text
+    assert "moves index.json once" in text and "lookup client (agent0's filter f01, " in text
+    stuck = _filters_round(swaps={"agent0": 1.0}, error="timeout")
+    assert any("did not reach every agent and filter" in p for p in failures([stuck], 1, _report()))
+    assert "1/2 agents with every filter: timeout" in "\n".join(summary_lines([stuck], None, 2, "agent0"))
+
+
 def test_size_text() -> None:
     assert [size_text(n) for n in (0, 1023, 2048, 6_184_960, 3 * 2**30)] == [
         "0 B", "1023 B", "2 KiB", "5.9 MiB", "3.0 GiB"]
@@ -302,6 +420,8 @@ def test_size_text() -> None:
     (["--discovery", "carrier-pigeon"], "argument --discovery: invalid choice"),
     (["--timeout", "0"], "argument --timeout: must be more than 0 seconds"),
     (["--pause", "-1"], "argument --pause: must be a number of seconds >= 0"),
+    (["--filters", "0"], "argument --filters: must be at least 1, got 0"),
+    (["--filters", "1001"], "argument --filters: must be at most 1,000"),
     (["--origin-grace", "1"], "unrecognized arguments: --origin-grace 1"),  # agents run on defaults
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
@@ -317,7 +437,7 @@ def test_help_lists_the_flags(capsys: pytest.CaptureFixture[str]) -> None:
         main(["demo", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for flag in ("--agents", "--keys", "--rounds", "--fpp", "--discovery", "--dir", "--plain"):
+    for flag in ("--agents", "--keys", "--filters", "--rounds", "--fpp", "--discovery", "--dir", "--plain"):
         assert flag in out
 
 
