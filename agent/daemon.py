@@ -789,7 +789,7 @@ class AgentDaemon:
         target = self._target
         if target is None or not target.started:
             return
-        data = self.transfer.save_resume_data(timeout).get(target.key)
+        data = self.transfer.save_resume_data(timeout, [target.key]).get(target.key)
         if data is not None and self.layout.staging_dir(target.version).is_dir():
             delta = target.delta
             path = (self.layout.resume_file(target.version) if delta is None

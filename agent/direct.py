@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,13 +172,15 @@ class DirectTransfer:
         self._news.wait(timeout)
         self._news.clear()
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """The byte offset of every unfinished download, as JSON."""
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """The byte offset of every unfinished download (of ``keys``, when given), as JSON."""
         with self._lock:
             return {
                 v: json.dumps({"offset": job.on_disk}).encode()
                 for v, job in self._jobs.items()
-                if job.state == "downloading"
+                if job.state == "downloading" and (keys is None or v in keys)
             }
 
     def close(self) -> None:

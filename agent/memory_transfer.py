@@ -36,7 +36,7 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,12 +292,14 @@ class MemoryTransfer:
     def wait(self, timeout: float) -> None:
         """Return at once: downloads advance only in :meth:`poll`, so there is always news."""
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """The byte offset of every unfinished download, as JSON."""
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """The byte offset of every unfinished download (of ``keys``, when given), as JSON."""
         return {
             v: json.dumps({"offset": job.on_disk}).encode()
             for v, job in self._jobs.items()
-            if job.state == "downloading"
+            if job.state == "downloading" and (keys is None or v in keys)
         }
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ their downloads and their peers).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import TypeGuard
 
@@ -87,9 +88,13 @@ class ScopedTransfer:
     def wait(self, timeout: float) -> None:
         """Nothing: the owner of the shared transfer waits on it for every filter."""
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """Resume data of the filter's own unfinished downloads, by its own keys."""
-        saved = self.shared.save_resume_data(timeout)
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """Resume data of the filter's own unfinished downloads (of ``keys``, when given),
+        by its own keys: the shared transfer is asked for those alone."""
+        own = [self._scoped(k) for k in (self._keys if keys is None else keys)]
+        saved = self.shared.save_resume_data(timeout, own)
         return {k.key: data for k, data in saved.items() if self._owns(k)}
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ only records it). The daemon cannot tell the routes apart: each key has one stat
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 from .transfer import (
@@ -116,9 +117,11 @@ class SizeRoutedTransfer:
         else:
             self.swarm.wait(timeout)
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """Both transfers' resume data."""
-        return {**self.direct.save_resume_data(timeout), **self.swarm.save_resume_data(timeout)}
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """Both transfers' resume data (of ``keys``, when given)."""
+        return {**self.direct.save_resume_data(timeout, keys), **self.swarm.save_resume_data(timeout, keys)}
 
     def close(self) -> None:
         """Close both transfers."""

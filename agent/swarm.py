@@ -37,7 +37,7 @@ import logging
 import random
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from types import TracebackType
 
@@ -252,8 +252,10 @@ class Swarm:
         if self._session is not None:
             self._session.wait_for_alert(max(1, int(timeout * 1000)))
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """Resume data of the unfinished downloads, by version.
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """Resume data of the unfinished downloads (of ``keys`` only, when given), by key.
 
         Asks libtorrent for each download's resume data (flushing its disk cache first, so
         the data on disk is at least what the resume data claims) and waits up to
@@ -262,7 +264,9 @@ class Swarm:
         :meth:`poll`.
         """
         pending: dict[lt.torrent_handle, TransferKey] = {}
-        for record in self._torrents.values():
+        records = (self._torrents.values() if keys is None
+                   else [r for k in keys if (r := self._torrents.get(k)) is not None])
+        for record in records:
             if record.seeding or record.error is not None:
                 continue
             try:

@@ -29,7 +29,7 @@ peers connected to it stay connected, where removing and seeding it again would 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeAlias
@@ -228,8 +228,10 @@ class Transfer(Protocol):
         seconds passed, whichever comes first; may return early without news."""
         ...
 
-    def save_resume_data(self, timeout: float = 10.0) -> dict[TransferKey, bytes]:
-        """Resume data of the unfinished downloads, by key."""
+    def save_resume_data(
+        self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
+    ) -> dict[TransferKey, bytes]:
+        """Resume data of the unfinished downloads (of ``keys`` only, when given), by key."""
         ...
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ the in-memory transfer."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from bloomswarm.agent.transfer import (
     DeltaKey,
     ScopedKey,
     Transfer,
+    TransferKey,
     key_base,
     key_label,
     key_order,
@@ -86,8 +88,17 @@ def test_resume_data_is_handed_back_by_the_filters_own_keys(
     a.start_download(1, _torrent(store, manifest), tmp_path / "a", None)  # no origin: stays unfinished
     b.start_download(2, _torrent(store, manifest), tmp_path / "b", None)
     assert set(shared.save_resume_data()) == {ScopedKey("a", 1), ScopedKey("b", 2)}
+    asked: list[object] = []
+    save = shared.save_resume_data
+
+    def spy(timeout: float = 10.0, keys: Collection[TransferKey] | None = None) -> dict[TransferKey, bytes]:
+        asked.append(keys)
+        return save(timeout, keys)
+
+    shared.save_resume_data = spy  # type: ignore[method-assign]
     assert set(a.save_resume_data()) == {1}
-    assert set(b.save_resume_data()) == {2}
+    assert set(b.save_resume_data(keys=[2])) == {2}
+    assert asked == [[ScopedKey("a", 1)], [ScopedKey("b", 2)]]  # each filter asks for its own keys alone
 
 
 def test_small_files_go_direct_and_large_ones_to_the_swarm(
