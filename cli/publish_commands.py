@@ -67,6 +67,9 @@ def register(commands: Any) -> None:
     publish.add_argument("--refresh", action="store_true",
                          help="when this run does not move latest.json (unchanged data, a pin), re-sign "
                               "it unchanged as `bloomswarm refresh` does (agents' watch.max_pointer_age_s)")
+    publish.add_argument("--no-index", action="store_true",
+                         help="with --filter: leave index.json alone (a job publishing many filters "
+                              "then moves it once with `bloomswarm index sync`)")
     publish.add_argument("--keep", type=positive_int, metavar="K", dest="keep_versions",
                          help="versions retention keeps (default 5)")
     _add_key_options(publish)
@@ -205,7 +208,7 @@ def _filter_config(config: PublisherConfig, args: argparse.Namespace) -> Publish
 def _sync_index(config: PublisherConfig, args: argparse.Namespace, signing_key: SigningKey) -> None:
     """With ``--filter NAME``: bring NAME's entry in index.json up to date (``config``: the
     bucket's configuration, not the filter's)."""
-    if getattr(args, "filter_name", None) is not None:
+    if getattr(args, "filter_name", None) is not None and not getattr(args, "no_index", False):
         from .index_commands import sync_filter
 
         sync_filter(config, args.filter_name, signing_key)

@@ -94,3 +94,15 @@ def test_two_named_filters_are_indexed_and_a_single_filter_bucket_has_no_index(
     assert table[0].endswith("by functional, 2 filters")
     assert table[2].split()[:3] == ["blocklist", "1", "3"] and "pinned, torrent inline" in table[2]
     assert table[3].split()[:3] == ["seen-urls", "1", "1"]
+
+    # A job publishing many filters leaves the index to one sync at the end.
+    for name in ("fraud", "tenant-7"):
+        assert main(["-q", "publish", _keys(tmp_path, name), *config, "--filter", name, "--no-index"]) == 0
+    stored = root.get(INDEX_KEY)
+    assert stored is not None
+    assert sorted(open_index(stored.data, public).filters) == ["blocklist", "seen-urls"]
+    assert main(["-q", "index", "sync", *config]) == 0
+    stored = root.get(INDEX_KEY)
+    assert stored is not None
+    index = open_index(stored.data, public)
+    assert sorted(index.filters) == ["blocklist", "fraud", "seen-urls", "tenant-7"] and index.sequence == 5
