@@ -548,7 +548,6 @@ class AgentDaemon:
         if not self._fits(target, now, manifest.size, present):
             return
         staging.mkdir(parents=True, exist_ok=True)
-        self._store_documents(staging, target.announcement.documents)
         resume = target.resume
         if resume is None:
             with contextlib.suppress(FileNotFoundError):
@@ -573,7 +572,6 @@ class AgentDaemon:
             return True
         staging = self.layout.staging_dir(version)
         staging.mkdir(parents=True, exist_ok=True)
-        self._store_documents(staging, target.announcement.documents)
         torrent_file = self.layout.staged_delta_torrent(version, plan.base)
         if not torrent_file.exists():  # its presence makes a restarted agent resume the delta
             write_atomically(torrent_file, [plan.torrent], mode=0o644)
@@ -770,8 +768,9 @@ class AgentDaemon:
 
     def _store_documents(self, staging: Path, documents: SignedDocuments) -> None:
         """Keep the announcement beside an unfinished download, for a restart to resume
-        it. Not fsynced: a restart verifies them again and discards what does not verify
-        (after a crash, at worst the download starts over)."""
+        it (written with its first resume data, every ``resume_save_interval_s`` and at
+        shutdown). Not fsynced: a restart verifies them again and discards what does not
+        verify (after a crash, at worst the download starts over)."""
         for name, path in self.layout.staged_documents(staging).items():
             if not path.exists():
                 write_atomically(path, [getattr(documents, name)], mode=0o644, durable=False)
@@ -790,7 +789,12 @@ class AgentDaemon:
         if target is None or not target.started:
             return
         data = self.transfer.save_resume_data(timeout, [target.key]).get(target.key)
-        if data is not None and self.layout.staging_dir(target.version).is_dir():
+        staging = self.layout.staging_dir(target.version)
+        if data is not None and staging.is_dir():
+            # The announcement goes beside the download with its first resume data: a
+            # restart needs both, and a download that finishes before it (a small file,
+            # most of them) never writes either.
+            self._store_documents(staging, target.announcement.documents)
             delta = target.delta
             path = (self.layout.resume_file(target.version) if delta is None
                     else self.layout.delta_resume_file(delta.version, delta.base))

@@ -141,7 +141,9 @@ class FiltersPublished:
 
     manifests: Mapping[str, Manifest]
     announced_at: float
-    """Wall-clock time just before index.json moved to list them."""
+    """Wall-clock time index.json had moved to list them (``sync_index`` returned)."""
+    index_sync_s: float = 0.0
+    """How long the sync took: reading every filter's entry back, then the CAS write."""
 
 
 @dataclass
@@ -521,7 +523,7 @@ class LocalFleet(Service):
                         deltas: DeltaConfig | None = None) -> FiltersPublished:
         """Publish each named filter's next version (its own ``latest.json`` under
         ``filters/NAME/``), then move ``index.json`` once for all of them: agents learn of
-        every one at that moment (``announced_at``)."""
+        every one at that moment (``announced_at``, just after the write)."""
         key = self._key()
         manifests: dict[str, Manifest] = {}
         for name, builder in builders.items():
@@ -539,9 +541,10 @@ class LocalFleet(Service):
             if result.status != "published":
                 raise FleetError(f"publish of filter {name!r} did not produce a version: {result.status}")
             manifests[name] = result.manifest
-        announced_at = time.time()
+        synced_from = time.time()
         sync_index(self.store, list(builders), key, PUBLISHER_ID)
-        return FiltersPublished(manifests, announced_at)
+        announced_at = time.time()  # index.json moved: its write was sync_index's last request
+        return FiltersPublished(manifests, announced_at, index_sync_s=announced_at - synced_from)
 
     def _key(self) -> SigningKey:
         if self._store is None or self.signing_key is None:

@@ -39,6 +39,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -176,6 +177,7 @@ class Origin(Service):
         self._cache: dict[str, _File] = {}
         self._fetch_locks: dict[str, threading.Lock] = {}
         self._counts = OriginCounts(0, 0, 0, 0, 0)
+        self._gets: Counter[str] = Counter()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -216,6 +218,17 @@ class Origin(Service):
         """Set every counter back to 0."""
         with self._lock:
             self._counts = OriginCounts(0, 0, 0, 0, 0)
+            self._gets.clear()
+
+    def gets(self, suffix: str) -> int:
+        """GET requests so far (304s and errors included) for the paths, without query,
+        that end with ``suffix`` (e.g. ``"/index.json"``): how often clients poll an object."""
+        with self._lock:
+            return sum(n for path, n in self._gets.items() if path.endswith(suffix))
+
+    def _add_get(self, path: str) -> None:
+        with self._lock:
+            self._gets[urlsplit(path).path] += 1
 
     def _add(self, *, filter_bytes: int = 0, filter_requests: int = 0, requests: int = 0, faults: int = 0,
              forbidden: int = 0) -> None:
@@ -334,6 +347,8 @@ def _handler(origin: Origin) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else None
             counted = origin.counts(self.path)
+            if self.command == "GET":
+                origin._add_get(self.path)
             if self.command == "GET" and counted:
                 origin._add(filter_requests=1)
             fault = origin._fault()
