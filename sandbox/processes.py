@@ -15,22 +15,30 @@ import time
 from types import TracebackType
 from typing import Any, TypeVar
 
+_HANDED_OUT: set[int] = set()
+"""Ports :func:`free_port` returned in this process: never returned twice, since the
+process it was for may not have bound it yet (16 agents' ports picked in a row drew the
+same port twice: one agent failed to start, and the other answered its health check)."""
+
 
 def free_port(host: str = "127.0.0.1", *, udp: bool = False) -> int:
-    """A TCP port that was free a moment ago on ``host``; with ``udp``, free for UDP too
-    (RuntimeError when none is found after 50 tries)."""
+    """A TCP port that was free a moment ago on ``host`` and that this process has not
+    handed out before; with ``udp``, free for UDP too (RuntimeError when none is found
+    after 50 tries)."""
     for _ in range(50):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
             tcp.bind((host, 0))
             port = int(tcp.getsockname()[1])
-            if not udp:
-                return port
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as datagram:
-                try:
-                    datagram.bind((host, port))
-                except OSError:
-                    continue
-                return port
+            if port in _HANDED_OUT:
+                continue
+            if udp:
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as datagram:
+                    try:
+                        datagram.bind((host, port))
+                    except OSError:
+                        continue
+            _HANDED_OUT.add(port)
+            return port
     raise RuntimeError("no free TCP+UDP port")
 
 
