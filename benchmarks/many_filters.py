@@ -86,10 +86,13 @@ COUNTER_SETTLE_S = 0.5
 """Wait after the last swap before reading the origin's count (requests in flight)."""
 IDLE_SETTLE_S = 2.0
 """Wait after a rollout before an idle window starts (post-swap work finishing)."""
-STATUS_INTERVAL_S = 1.0
+STATUS_INTERVAL_S = 3.0
 """Between two polls of an agent's /status while a round rolls out. Swap times come from
 the agents' own ``last_swap.at``, so this only delays noticing the end; an agent on
-which every filter has swapped is no longer polled."""
+which every filter has swapped is no longer polled. An agent's /status with 100 filters
+costs it about 50 ms of CPU (each filter's metrics are read when asked): polled every
+second, the 16 agents spent some 40% of this 2-CPU machine answering the benchmark (a
+Prometheus scrape comes every 15-30 s)."""
 
 Swaps = dict[tuple[str, str], float]
 """(agent, filter) -> when that agent swapped that filter to the round's version."""
