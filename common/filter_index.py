@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .canonical_json import canonical_json, load_object
+from .canonical_json import canonical_json
 from .document_fields import (
     SCHEMA_VERSION,
     Fields,
@@ -46,8 +46,8 @@ from .document_fields import (
 )
 from .errors import FormatError
 from .filter_names import check_filter_name
-from .signature_text import decode_signature
-from .signing import SigningKey, VerifyKey, sign, verify
+from .signed_envelope import envelope_payload, open_envelope, seal_envelope
+from .signing import SigningKey, VerifyKey
 
 INLINE_TORRENT_MAX = 64 * 1024
 """A filter's torrent rides in the index when it is at most this many bytes."""
@@ -199,14 +199,7 @@ _INDEX_FIELDS = {f.name for f in fields(FilterIndex) if f.name != "extra"}
 
 def seal_index(index: FilterIndex, signing_key: SigningKey) -> bytes:
     """The bytes of ``index.json``: the index and its signature in one envelope."""
-    signature = sign(signing_key, index.to_bytes())
-    return canonical_json(
-        {
-            "key_id": signing_key.key_id,
-            "index": index.to_dict(),
-            "signature": base64.b64encode(signature).decode("ascii"),
-        }
-    )
+    return seal_envelope("index", index.to_dict(), signing_key)
 
 
 def read_index_unverified(data: bytes) -> FilterIndex:
@@ -216,25 +209,17 @@ def read_index_unverified(data: bytes) -> FilterIndex:
     whoever signed this one. Never decide what to run from it: agents use
     :func:`open_index`. FormatError when the envelope or index is malformed.
     """
-    envelope = Fields(load_object(data, "index envelope"), "index envelope")
-    return FilterIndex.from_dict(envelope.mapping("index"))
+    return FilterIndex.from_dict(envelope_payload(data, "index"))
 
 
 def open_index(data: bytes, public_keys: Sequence[VerifyKey]) -> FilterIndex:
     """Verify an ``index.json`` envelope and return its index.
 
     The signature is checked over the canonical JSON of the ``index`` object before its
-    fields are trusted. ``key_id`` is informational; every pinned key is tried. Raises
-    FormatError for a malformed envelope or index, VerificationError when no pinned key
-    signed it. Unknown envelope fields are ignored.
+    fields are trusted (:mod:`.signed_envelope`). Raises FormatError for a malformed
+    envelope or index, VerificationError when no pinned key signed it.
     """
-    envelope = Fields(load_object(data, "index envelope"), "index envelope")
-    payload = envelope.mapping("index")
-    signature_text = envelope.value("signature")
-    check_str(signature_text, "index envelope signature")
-    signature = decode_signature(signature_text, "index signature")
-    verify(public_keys, canonical_json(payload), signature)
-    return FilterIndex.from_dict(payload)
+    return FilterIndex.from_dict(open_envelope(data, "index", public_keys))
 
 
 __all__ = [

@@ -13,10 +13,9 @@ Field rules and forward compatibility (``schema``, ``extra``):
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, cast
+from typing import Any
 
 from .canonical_json import canonical_json, load_object
 from .document_fields import (
@@ -29,8 +28,8 @@ from .document_fields import (
     check_schema,
     check_str,
 )
-from .signature_text import decode_signature
-from .signing import SigningKey, VerifyKey, sign, verify
+from .signed_envelope import envelope_payload, open_envelope, seal_envelope
+from .signing import SigningKey, VerifyKey
 
 
 @dataclass(frozen=True)
@@ -106,22 +105,9 @@ class Pointer:
 _POINTER_FIELDS = {f.name for f in fields(Pointer) if f.name != "extra"}
 
 
-def _signature_text(value: object) -> str:
-    """The envelope's ``signature`` field: a string."""
-    check_str(value, "pointer envelope signature")
-    return cast(str, value)
-
-
 def seal_pointer(pointer: Pointer, signing_key: SigningKey) -> bytes:
     """The bytes of ``latest.json``: the pointer and its signature in one envelope."""
-    signature = sign(signing_key, pointer.to_bytes())
-    return canonical_json(
-        {
-            "key_id": signing_key.key_id,
-            "pointer": pointer.to_dict(),
-            "signature": base64.b64encode(signature).decode("ascii"),
-        }
-    )
+    return seal_envelope("pointer", pointer.to_dict(), signing_key)
 
 
 def read_pointer_unverified(data: bytes) -> Pointer:
@@ -131,23 +117,17 @@ def read_pointer_unverified(data: bytes) -> Pointer:
     next pointer, whoever signed this one. Never decide what to run from it: agents use
     :func:`open_pointer`. FormatError when the envelope or pointer is malformed.
     """
-    envelope = Fields(load_object(data, "pointer envelope"), "pointer envelope")
-    return Pointer.from_dict(envelope.mapping("pointer"))
+    return Pointer.from_dict(envelope_payload(data, "pointer"))
 
 
 def open_pointer(data: bytes, public_keys: Sequence[VerifyKey]) -> Pointer:
     """Verify a ``latest.json`` envelope and return its pointer.
 
     The signature is checked over the canonical JSON of the ``pointer`` object before
-    the pointer's fields are trusted. ``key_id`` is informational; every pinned key is
-    tried. Raises FormatError for a malformed envelope or pointer, VerificationError
-    when no pinned key signed it. Unknown envelope fields are ignored.
+    the pointer's fields are trusted (:mod:`.signed_envelope`). Raises FormatError for a
+    malformed envelope or pointer, VerificationError when no pinned key signed it.
     """
-    envelope = Fields(load_object(data, "pointer envelope"), "pointer envelope")
-    payload = envelope.mapping("pointer")
-    signature = decode_signature(_signature_text(envelope.value("signature")), "pointer signature")
-    verify(public_keys, canonical_json(payload), signature)
-    return Pointer.from_dict(payload)
+    return Pointer.from_dict(open_envelope(data, "pointer", public_keys))
 
 
 __all__ = ["Pointer", "open_pointer", "read_pointer_unverified", "seal_pointer"]
