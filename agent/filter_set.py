@@ -43,7 +43,7 @@ from bloomswarm.common.errors import BloomswarmError, CheckFailed, ObjectNotFoun
 from .background_call import BackgroundCall
 from .backoff import Backoff
 from .config import AgentConfig
-from .filter_config import FilterConfig
+from .filter_config import FilterConfig, filter_agent_config
 from .filter_index_source import IndexNews, IndexPoller
 from .filter_metrics import filter_registry
 from .logfmt import log_event, logfmt
@@ -251,8 +251,6 @@ class FilterSet:
         self.reconfigure(config)
 
     def _add(self, entry: FilterConfig) -> None:
-        from .filter_config import filter_agent_config
-
         per_filter = filter_agent_config(self.config, entry)
         slow = max(FILTER_POLL_S, per_filter.watch.poll_interval_s)
         per_filter = replace(per_filter, watch=replace(per_filter.watch, poll_interval_s=slow))

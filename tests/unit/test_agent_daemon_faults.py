@@ -105,7 +105,8 @@ def test_agents_of_one_group_take_the_file_from_each_other(
     run_until(first, lambda: installed(first, 1))
     second = _agent(tmp_path / "second", origin, daemons, MemoryTransfer(origin, peers=peers))
     run_until(second, lambda: installed(second, 1))
-    first.step()  # the first agent counts what it sent
+    # The first agent counts what it sent at its next refresh of the metrics.
+    run_until(first, lambda: metric(first, "bytes_uploaded_total") == v1.size)
     assert _serves(second, v1)
     assert metric(second, "bytes_from_peers_total") == v1.size
     assert metric(second, "bytes_from_origin_total") == 0
