@@ -235,11 +235,16 @@ class FilterSet:
         started = [entry for name, entry in wanted.items() if name not in self._running]
         self.config = replace(self.config, filters=config.filters)
         for entry in started:
-            self._add(entry)
+            try:
+                self._add(entry)
+            except (BloomswarmError, OSError) as exc:  # e.g. its key file unreadable: the others go on
+                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc)
+                self._last_error = f"filter {entry.name!r} not started: {exc}"
         self.index_metrics.filters.set(len(self._running))
         self._note_unknown(self.poller.index.filters if self.poller.index is not None else {})
+        now_running = ",".join(e.name for e in started if e.name in self._running)
         log_event(log, logging.INFO, "reloaded", filters=len(self._running),
-                  stopped=",".join(stopped) or None, started=",".join(e.name for e in started) or None)
+                  stopped=",".join(stopped) or None, started=now_running or None)
 
     def _reload(self, load_config: Callable[[], AgentConfig]) -> None:
         try:

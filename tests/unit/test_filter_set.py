@@ -26,6 +26,7 @@ from bloomswarm.agent.transfer import OriginURLFactory
 from bloomswarm.agent_filters import format_filters_status
 from bloomswarm.common.bucket_layout import INDEX_KEY
 from bloomswarm.common.datadir import DataDir, filter_data_dir
+from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.filter_index import read_index_unverified
 from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.prefixed_store import PrefixedStore
@@ -303,3 +304,25 @@ def test_agent_status_prints_a_line_per_filter(tmp_path: Path, store: MemoryObje
     assert lines[1].startswith("index        sequence 2, issued ")
     assert lines[2] == "ignored      other (in the index, not in the configuration)"
     assert lines[3:] == ["  a  v1, ready", "  b  none, not ready"]
+
+
+def test_a_filter_that_cannot_start_on_reload_is_reported_and_the_others_go_on(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "b", ["2"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until(lambda: fleet.version("a") == 1)
+    make = fleet.agent._make_daemon
+
+    def failing(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
+        if entry.name == "b":
+            raise ConfigError("public key /etc/b.pub: no such file")
+        return make(entry, per_filter)
+
+    fleet.agent._make_daemon = failing
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", "b"]))
+    assert sorted(fleet.agent.status()["filters"]) == ["a"]
+    assert "filter 'b' not started" in fleet.agent.status()["index"]["last_error"]
+    publish_filter(store, "a", ["1", "3"])
+    fleet.run_until(lambda: fleet.version("a") == 2)
