@@ -227,21 +227,24 @@ def _start_server(server: StatusServer, transfer: Transfer) -> StatusServer:
 
 @contextlib.contextmanager
 def _signals(stop: threading.Event, reload: threading.Event | None = None) -> Iterator[None]:
-    """SIGTERM and SIGINT set ``stop``; SIGHUP sets ``reload`` (when given); the previous
-    handlers are restored on exit."""
+    """SIGTERM and SIGINT set ``stop``; SIGHUP sets ``reload`` (without one, it is logged
+    and ignored, not fatal); the previous handlers are restored on exit."""
     from bloomswarm.agent.logfmt import log_event
 
     def on_stop(signum: int, _frame: FrameType | None) -> None:
         log_event(log, logging.INFO, "stopping", signal=signal.Signals(signum).name)
         stop.set()
 
-    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop}
-    if reload is not None:
-        def on_reload(_signum: int, _frame: FrameType | None) -> None:
-            log_event(log, logging.INFO, "reloading", signal="SIGHUP")
-            reload.set()
+    def on_reload(_signum: int, _frame: FrameType | None) -> None:
+        if reload is None:  # one filter: nothing reloads without a restart; do not die of it
+            log_event(log, logging.WARNING, "reload_ignored", signal="SIGHUP",
+                      reason="only an agent of [[filters]] reloads its filters; restart to apply settings")
+            return
+        log_event(log, logging.INFO, "reloading", signal="SIGHUP")
+        reload.set()
 
-        handlers[signal.SIGHUP] = on_reload
+    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop,
+                                           signal.SIGHUP: on_reload}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
         yield

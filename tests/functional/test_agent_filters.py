@@ -124,3 +124,16 @@ def test_a_bad_reload_keeps_the_running_filters(
         assert "listed twice" in agent.log()
         assert _versions(agent) == {"alpha": 1}
         assert agent.process.poll() is None
+
+
+def test_sighup_does_not_stop_an_agent_of_one_filter(
+    tmp_path: Path, s3_bucket: S3Config, opentracker: OpenTracker
+) -> None:
+    spec = fleet_spec(agents=1)
+    with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
+        fleet.wait_until_up()
+        agent = fleet.agents[0]
+        assert agent.process is not None
+        agent.process.send_signal(signal.SIGHUP)
+        agent.wait_for("the SIGHUP logged", lambda a: "reload_ignored" in a.log(), limit_s=30)
+        assert agent.process.poll() is None and agent.http_status("/healthz") == 200
