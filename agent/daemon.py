@@ -239,13 +239,8 @@ class AgentDaemon:
             self.start()
             while not stop.is_set():
                 self.step()
-                if self.busy:
-                    # Woken by the transfer's news (a download finished: swap now), at
-                    # most TICK_S apart, at least MIN_TICK_S apart.
-                    self.transfer.wait(TICK_S)
-                    stop.wait(MIN_TICK_S)
-                else:
-                    stop.wait(min(IDLE_TICK_S, max(self._next_poll - self._clock(), 0.0)))
+                wait_for_next_tick(stop, self.transfer, busy=self.busy,
+                                   until_due_s=self._next_poll - self._clock())
         finally:
             self.shutdown()
 
@@ -999,7 +994,18 @@ class AgentDaemon:
         return self._target.version if self._target is not None else None
 
 
-__all__ = ["AgentDaemon"]
+def wait_for_next_tick(stop: threading.Event, transfer: Transfer, *, busy: bool, until_due_s: float) -> None:
+    """Wait before a loop's next iteration: while ``busy``, until the transfer's news (a
+    download finished: swap now), at most TICK_S and at least MIN_TICK_S; idle, until the
+    next poll is due (``until_due_s``), at most IDLE_TICK_S. ``stop`` cuts either short."""
+    if busy:
+        transfer.wait(TICK_S)
+        stop.wait(MIN_TICK_S)
+    else:
+        stop.wait(min(IDLE_TICK_S, max(until_due_s, 0.0)))
+
+
+__all__ = ["AgentDaemon", "wait_for_next_tick"]
 
 
 def _certificate_states(access: PeerAccess) -> list[CertificateState]:

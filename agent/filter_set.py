@@ -43,6 +43,7 @@ from bloomswarm.common.errors import BloomswarmError, CheckFailed, ObjectNotFoun
 from .background_call import BackgroundCall
 from .backoff import Backoff
 from .config import AgentConfig
+from .daemon import IDLE_TICK_S, wait_for_next_tick
 from .filter_config import FilterConfig, filter_agent_config
 from .filter_index_source import IndexNews, IndexPoller
 from .filter_metrics import filter_registry
@@ -55,14 +56,6 @@ if TYPE_CHECKING:
     from .transfer import Transfer
 
 log = logging.getLogger("bloomswarm.agent")
-
-TICK_S = 0.2
-"""Longest wait between two iterations while some filter is busy (the transfer's events
-wake the loop sooner)."""
-MIN_TICK_S = 0.02
-"""Shortest wait between two iterations while busy."""
-IDLE_TICK_S = 1.0
-"""Longest wait between two iterations while every filter is idle."""
 
 FILTER_POLL_S = 60.0
 """How often a filter's daemon re-reads its index entry unprompted (no request is made:
@@ -156,11 +149,8 @@ class FilterSet:
                     reload.clear()
                     self._reload(load_config)
                 self.step()
-                if self.busy:
-                    self.transfer.wait(TICK_S)
-                    stop.wait(MIN_TICK_S)
-                else:
-                    stop.wait(min(IDLE_TICK_S, max(self._next_poll - self._clock(), 0.0)))
+                wait_for_next_tick(stop, self.transfer, busy=self.busy,
+                                   until_due_s=self._next_poll - self._clock())
         finally:
             self.shutdown()
 
