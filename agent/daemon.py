@@ -124,6 +124,11 @@ shows has changed (a swap, a new target, a download started or failed refreshes 
 once): a tick that only moves bytes need not rebuild them (100 filters' daemons on one
 thread ticking 30 times a second spent most of an agent's CPU doing so)."""
 
+DISK_OBSERVE_S = 5.0
+"""Longest time between two reads of the data directory for /status (the installed
+versions and ``current``) while nothing the status shows has changed: the daemon's own
+swaps and collections change them, and refresh them at once."""
+
 IDLE_TICK_S = 1.0
 """Longest wait between two iterations otherwise (nothing to fetch: libtorrent seeds on its
 own threads; the loop only refreshes metrics and /status, and wakes for the next poll)."""
@@ -230,6 +235,12 @@ class AgentDaemon:
         self._slow_poll_logged = False
         self._next_observe = 0.0
         self._last_observed: tuple[object, ...] = ()
+        self.observe_interval_s = OBSERVE_S
+        """Longest time between two refreshes of the metrics and /status while nothing they
+        show changed (an agent of many filters lengthens it: see :mod:`.filter_set`)."""
+        self._disk_view: tuple[int | None, list[int]] = (None, [])
+        """``current`` and the installed versions, as /status last read them."""
+        self._next_disk_read = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -305,9 +316,10 @@ class AgentDaemon:
                 self._next_resume_save = now + self.config.resume_save_interval_s
                 self._save_resume_data(timeout=2.0)
             observed = self._observed_state()
-            if now >= self._next_observe or observed != self._last_observed:
-                self._next_observe, self._last_observed = now + OBSERVE_S, observed
-                self._observe()
+            changed = observed != self._last_observed
+            if now >= self._next_observe or changed:
+                self._next_observe, self._last_observed = now + self.observe_interval_s, observed
+                self._observe(read_disk=changed or now >= self._next_disk_read)
         except Exception as exc:  # a bug must not stop the agent serving
             log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
             self._error(f"internal error: {exc}")
@@ -908,7 +920,7 @@ class AgentDaemon:
                 self._last_swap["at"] if self._last_swap is not None else None,
                 self._last_error_at)
 
-    def _observe(self) -> None:
+    def _observe(self, *, read_disk: bool) -> None:
         self._check_freshness()
         access = self.peer_access
         if access is not None:
@@ -916,10 +928,17 @@ class AgentDaemon:
         statuses = [s for k in self.transfer.versions() if (s := self.transfer.status(k)) is not None]
         downloading = self._target.key if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
-        self._refresh_status(statuses)
+        self._refresh_status(statuses, read_disk=read_disk)
 
-    def _refresh_status(self, statuses: list[TransferStatus] | None = None) -> None:
+    def _refresh_status(self, statuses: list[TransferStatus] | None = None, *,
+                        read_disk: bool = True) -> None:
+        """Rebuild the /status snapshot; ``read_disk``: list the data directory again (else
+        the last listing's ``current`` and installed versions are shown)."""
         statuses = statuses or []
+        if read_disk:
+            self._disk_view = (self.layout.current_version(), installed_versions(self.data_dir))
+            self._next_disk_read = self._clock() + DISK_OBSERVE_S
+        current, installed = self._disk_view
         target = self._target
         by_key = {s.key: s for s in statuses}
         seeding = [s for s in statuses if s.state == "seeding"]
@@ -941,8 +960,8 @@ class AgentDaemon:
         snapshot = {
             "data_dir": str(self.data_dir),
             "ready": self.metrics.is_ready,
-            "current_version": self.layout.current_version(),
-            "installed_versions": installed_versions(self.data_dir),
+            "current_version": current,
+            "installed_versions": installed,
             "seeding": sorted(s.version for s in seeding if s.base is None),
             "seeding_deltas": [key_label(s.key) for s in seeding if s.base is not None],
             "download": download,

@@ -43,7 +43,7 @@ from bloomswarm.common.errors import BloomswarmError, CheckFailed, ObjectNotFoun
 from .background_call import BackgroundCall
 from .backoff import Backoff
 from .config import AgentConfig
-from .daemon import IDLE_TICK_S, wait_for_next_tick
+from .daemon import IDLE_TICK_S, OBSERVE_S, wait_for_next_tick
 from .filter_config import FilterConfig, filter_agent_config
 from .filter_index_source import IndexNews, IndexPoller
 from .filter_metrics import filter_registry
@@ -62,9 +62,21 @@ FILTER_POLL_S = 60.0
 the entry is in memory). News of the index makes it read the entry at once; this only
 bounds how long a daemon that missed nothing waits to retry on its own."""
 
+OBSERVES_PER_S = 100.0
+"""Periodic refreshes of the filters' metrics and /status per second, over all filters
+(a refresh on a change of state is not counted): each daemon refreshes at most every
+``max(OBSERVE_S, filters / OBSERVES_PER_S)`` seconds, so that a hundred filters fetching at
+once do not spend the loop rebuilding their status sections 4 times a second each."""
+
 DaemonFactory = Callable[[FilterConfig, AgentConfig], "AgentDaemon"]
 """Builds the daemon of one filter from its entry and its per-filter configuration
 (:func:`~.filter_config.filter_agent_config`, with :data:`FILTER_POLL_S`)."""
+
+
+def observe_interval(filters: int) -> float:
+    """Each filter's longest time between two periodic refreshes of its metrics and
+    /status when ``filters`` run on one loop (see :data:`OBSERVES_PER_S`)."""
+    return max(OBSERVE_S, filters / OBSERVES_PER_S)
 
 
 class IndexMetrics:
@@ -159,6 +171,7 @@ class FilterSet:
         for entry in self.config.filters:
             self._add(entry)
         self.index_metrics.filters.set(len(self._running))
+        self._spread_observes()
         self._started = True
         log_event(log, logging.INFO, "filters_started", filters=len(self._running))
 
@@ -231,6 +244,7 @@ class FilterSet:
                 log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc)
                 self._last_error = f"filter {entry.name!r} not started: {exc}"
         self.index_metrics.filters.set(len(self._running))
+        self._spread_observes()
         self._note_unknown(self.poller.index.filters if self.poller.index is not None else {})
         now_running = ",".join(e.name for e in started if e.name in self._running)
         log_event(log, logging.INFO, "reloaded", filters=len(self._running),
@@ -244,6 +258,11 @@ class FilterSet:
             self._last_error = f"reload failed: {exc}"
             return
         self.reconfigure(config)
+
+    def _spread_observes(self) -> None:
+        interval = observe_interval(len(self._running))
+        for running in self._running.values():
+            running.daemon.observe_interval_s = interval
 
     def _add(self, entry: FilterConfig) -> None:
         per_filter = filter_agent_config(self.config, entry)

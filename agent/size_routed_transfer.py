@@ -120,8 +120,13 @@ class SizeRoutedTransfer:
     def save_resume_data(
         self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
     ) -> dict[TransferKey, bytes]:
-        """Both transfers' resume data (of ``keys``, when given)."""
-        return {**self.direct.save_resume_data(timeout, keys), **self.swarm.save_resume_data(timeout, keys)}
+        """The swarm's resume data (of ``keys``, when given). A small file fetched directly
+        has none: after a restart it is fetched again, which costs less than keeping its
+        announcement and resume data on disk while it downloads (four file writes for a
+        download that takes a fraction of a second)."""
+        if keys is not None:
+            keys = [k for k in keys if self._routes.get(k) is not self.direct]
+        return self.swarm.save_resume_data(timeout, keys)
 
     def close(self) -> None:
         """Close both transfers."""

@@ -20,11 +20,13 @@ Per arm, v1 of every filter is published, then ``--rounds`` more rounds each pub
 version of every filter at once (random bits, a seed per filter and round: no delta
 applies; the publisher makes none). Per round it measures publish → last swap
 (``index.json`` moving, i.e. ``publish_filters`` returning, to the last agent's swap of
-the last filter, by the agents' own ``last_swap.at``), the median and p90 over the
-filters of each filter's own publish → last swap, the origin's egress over the round's
-bytes (the F files' sizes, counted at the origin 0.5 s after the last swap), and after
-the round each agent's USS
-(``Private_Clean + Private_Dirty`` of /proc/PID/smaps_rollup).
+the last filter, by when each agent's ``current`` link of each filter was made: read
+from the data directories, so that watching costs the agents nothing), the median and
+p90 over the filters of each filter's own publish → last swap, the origin's egress over
+the round's bytes (the F files' sizes, counted at the origin 0.5 s after the last swap),
+the agents' CPU per (agent, filter) install (utime + stime of /proc/PID/stat over the
+round), and after the round each agent's USS (``Private_Clean + Private_Dirty`` of
+/proc/PID/smaps_rollup).
 
 Then, idle (nothing published), it counts the GETs of ``index.json`` the origin receives
 per agent per second over ``--idle-s`` seconds, and does the same for ``latest.json`` on
@@ -40,6 +42,7 @@ one filter's means agents too busy to poll).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import statistics
@@ -64,8 +67,10 @@ from benchmarks._common import (
     smaps_rollup,
     write_json,
 )
+from benchmarks.agent_cost import cpu_ticks
 from benchmarks.swarm import CpuMeter, random_filter
 from bloomswarm.agent.config import SwarmConfig
+from bloomswarm.common.datadir import DataDir, filter_data_dir, version_of_dir_name
 from bloomswarm.publisher.config import DeltaConfig
 from bloomswarm.sandbox.agent_process import AgentProcess
 from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
@@ -86,13 +91,11 @@ COUNTER_SETTLE_S = 0.5
 """Wait after the last swap before reading the origin's count (requests in flight)."""
 IDLE_SETTLE_S = 2.0
 """Wait after a rollout before an idle window starts (post-swap work finishing)."""
-STATUS_INTERVAL_S = 3.0
-"""Between two polls of an agent's /status while a round rolls out. Swap times come from
-the agents' own ``last_swap.at``, so this only delays noticing the end; an agent on
-which every filter has swapped is no longer polled. An agent's /status with 100 filters
-costs it about 50 ms of CPU (each filter's metrics are read when asked): polled every
-second, the 16 agents spent some 40% of this 2-CPU machine answering the benchmark (a
-Prometheus scrape comes every 15-30 s)."""
+WATCH_INTERVAL_S = 0.5
+"""Between two looks at the agents' data directories while a round rolls out (swap times
+come from the ``current`` links themselves: this only delays noticing the end). The
+agents are not asked: an agent's /status with 100 filters costs it about 50 ms of CPU,
+and polling it every 3 s cost the 16 agents about 1.5 ms of CPU per install."""
 
 Swaps = dict[tuple[str, str], float]
 """(agent, filter) -> when that agent swapped that filter to the round's version."""
@@ -154,6 +157,9 @@ class RoundPoint:
     """Per agent after the round, ascending."""
     cpu_busy: float
     """Fraction of the machine's CPU busy while the round rolled out."""
+    agents_cpu_s: float
+    """The agents' CPU seconds (utime + stime, summed over the agents) from index.json
+    moving to the last swap."""
     peers: list[int]
     """Per agent after the round, its peer connections over all filters (the
     ``bloomswarm_agent_peers`` series summed)."""
@@ -178,6 +184,11 @@ class RoundPoint:
         return self.origin_bytes / self.file_bytes
 
     @property
+    def cpu_ms_per_install(self) -> float:
+        """The agents' CPU per (agent, filter) install, in ms."""
+        return 1000 * self.agents_cpu_s / max(len(self.uss_bytes) * self.filters, 1)
+
+    @property
     def uss_max(self) -> int:
         return self.uss_bytes[-1]
 
@@ -188,7 +199,8 @@ class RoundPoint:
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "complete": self.missing_pairs == 0, "last_s": self.last_s,
                 "p50_s": self.p50_s, "p90_s": self.p90_s, "origin_ratio": self.origin_ratio,
-                "uss_max": self.uss_max, "uss_median": self.uss_median}
+                "uss_max": self.uss_max, "uss_median": self.uss_median,
+                "cpu_ms_per_install": self.cpu_ms_per_install}
 
 
 @dataclass(frozen=True)
@@ -319,6 +331,17 @@ def agent_uss(agent: AgentProcess) -> int:
     return uss(agent.process.pid)
 
 
+def agents_cpu_ticks(fleet: LocalFleet) -> int:
+    """The fleet's agents' CPU (utime + stime, clock ticks) summed (FleetError when one is gone)."""
+    total = 0
+    for agent in fleet.agents:
+        if agent.process is None or agent.process.poll() is not None:
+            raise FleetError(f"{agent.root.name} is not running:\n{agent.log()[-2000:]}")
+        with open(f"/proc/{agent.process.pid}/stat", encoding="utf-8") as fh:
+            total += cpu_ticks(fh.read())
+    return total
+
+
 def agent_peers(agent: AgentProcess) -> int:
     """An agent's peer connections over all its filters (-1: /status did not answer)."""
     try:
@@ -328,13 +351,33 @@ def agent_peers(agent: AgentProcess) -> int:
     return int(sum((f.get("metrics") or {}).get("bloomswarm_agent_peers", 0) for f in filters.values()))
 
 
+def current_link(data_dir: Path, name: str) -> str:
+    """The path of filter ``name``'s ``current`` link in an agent's ``data_dir``."""
+    return str(DataDir(filter_data_dir(data_dir, name)).current)
+
+
+def swapped_to(link: str) -> tuple[int | None, float]:
+    """The version a filter's ``current`` ``link`` (:func:`current_link`) points at, and
+    when the link was made (a flip creates the link, then renames it over ``current``).
+    (None, 0.0) before the first swap."""
+    try:
+        made_at = os.lstat(link).st_mtime
+        target = os.readlink(link)
+    except FileNotFoundError:
+        return None, 0.0
+    return version_of_dir_name(os.path.basename(target)), made_at
+
+
 def wait_for_round(fleet: LocalFleet, version: int, names: Sequence[str], *, limit_s: float) -> Swaps:
-    """Poll the agents' /status until every agent serves ``version`` (or newer) of every
-    filter in ``names``; each (agent, filter)'s swap time (its ``last_swap.at``; the poll
-    time when its last swap was a later version). RoundStalled (with what did arrive)
-    after ``limit_s``; FleetError when an agent exits."""
+    """Watch the agents' data directories until every agent serves ``version`` (or newer)
+    of every filter in ``names``; each (agent, filter)'s swap time (when its ``current``
+    link was made; the time it was seen when the link is a later version's). Read from
+    the disk, not /status, so that measuring costs the agents nothing. RoundStalled (with
+    what did arrive) after ``limit_s``; FleetError when an agent exits."""
     swaps: Swaps = {}
     pending = {agent.root.name: set(names) for agent in fleet.agents}
+    links = {(agent.root.name, name): current_link(agent.data_dir, name)
+             for agent in fleet.agents for name in names}
     deadline = time.monotonic() + limit_s
     while True:
         for agent in fleet.agents:
@@ -343,18 +386,11 @@ def wait_for_round(fleet: LocalFleet, version: int, names: Sequence[str], *, lim
                 continue
             if agent.process is None or agent.process.poll() is not None:
                 raise FleetError(f"{agent.root.name} exited:\n{agent.log()[-3000:]}")
-            try:
-                filters = agent.status().get("filters") or {}
-            except (OSError, AssertionError, ValueError):
-                continue  # busy or restarting: next time
             for name in list(left):
-                status = filters.get(name) or {}
-                current = status.get("current_version")
+                current, made_at = swapped_to(links[(agent.root.name, name)])
                 if current is None or current < version:
                     continue
-                last = status.get("last_swap") or {}
-                at = last.get("at") if last.get("version") == version else None
-                swaps[(agent.root.name, name)] = float(at) if at is not None else time.time()
+                swaps[(agent.root.name, name)] = made_at if current == version else time.time()
                 left.discard(name)
         if not any(pending.values()):
             return swaps
@@ -363,7 +399,7 @@ def wait_for_round(fleet: LocalFleet, version: int, names: Sequence[str], *, lim
             counts = {agent: len(left) for agent, left in missing.items()}
             raise RoundStalled(f"v{version} did not reach every filter of every agent in {limit_s:.0f} s; "
                                f"filters missing per agent: {counts}", swaps, missing, limit_s)
-        time.sleep(STATUS_INTERVAL_S)
+        time.sleep(WATCH_INTERVAL_S)
 
 
 def poll_rate(fleet: LocalFleet, key: str, window_s: float) -> PollRate:
@@ -418,6 +454,7 @@ def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -
             published = fleet.publish_filters(builders, deltas=DeltaConfig(max_bases=0))
             moved_at = published.announced_at  # index.json had just moved
             cpu = CpuMeter()
+            ticks_before = agents_cpu_ticks(fleet)
             versions = {m.version for m in published.manifests.values()}
             if len(versions) != 1:
                 raise FleetError(f"round {number}: filters at different versions {sorted(versions)}")
@@ -429,6 +466,7 @@ def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -
                 stalled, swaps = exc, exc.swaps
                 unfinished = set().union(*exc.missing.values())
             busy = cpu.busy()
+            agents_cpu_s = (agents_cpu_ticks(fleet) - ticks_before) / os.sysconf("SC_CLK_TCK")
             waited = time.time() - moved_at
             time.sleep(COUNTER_SETTLE_S)
             point = RoundPoint(
@@ -439,6 +477,7 @@ def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -
                                                   unfinished=sorted(unfinished), waited_s=waited),
                 origin_bytes=fleet.origin_bytes() - origin_before,
                 uss_bytes=sorted(agent_uss(a) for a in fleet.agents), cpu_busy=busy,
+                agents_cpu_s=agents_cpu_s,
                 peers=[agent_peers(a) for a in fleet.agents],
                 missing_pairs=0 if stalled is None else sum(len(m) for m in stalled.missing.values()))
             arm.rounds.append(point)
@@ -446,7 +485,8 @@ def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -
             report(f"round {number} (v{version}): last swap {point.last_s:.2f} s{bound}, per filter p50 "
                    f"{point.p50_s:.2f} s p90 {point.p90_s:.2f} s, origin {point.origin_ratio:.2f}x, "
                    f"USS max {fmt_bytes(point.uss_max)}, peers per agent max {max(point.peers)}, "
-                   f"CPU busy {point.cpu_busy:.0%} (publisher {point.publish_s:.1f} s, "
+                   f"CPU busy {point.cpu_busy:.0%}, agents' CPU {point.cpu_ms_per_install:.1f} ms per install"
+                   f" (publisher {point.publish_s:.1f} s, "
                    f"of which index sync {point.index_sync_s:.1f} s)")
             if stalled is not None:  # later rounds would start with downloads still stuck
                 break
@@ -477,10 +517,10 @@ def run_reference(shape: Shape, work: Path, report: Callable[[str], None]) -> Po
 def rounds_table(arms: Sequence[Arm]) -> str:
     rows = [[arm.label, str(p.round), f"{p.last_s:.2f}", f"{p.p50_s:.2f}", f"{p.p90_s:.2f}",
              f"{p.origin_ratio:.2f}x", f"{p.uss_max / MIB:.1f}", f"{p.uss_median / MIB:.1f}",
-             f"{p.cpu_busy:.0%}", f"{p.publish_s:.1f}"]
+             f"{p.cpu_busy:.0%}", f"{p.cpu_ms_per_install:.1f}", f"{p.publish_s:.1f}"]
             for arm in arms for p in arm.rounds]
     return format_table(["arm", "round", "last s", "filter p50 s", "filter p90 s", "origin",
-                         "USS max MiB", "USS p50 MiB", "CPU", "publisher s"], rows)
+                         "USS max MiB", "USS p50 MiB", "CPU", "agent ms/install", "publisher s"], rows)
 
 
 def arms_table(arms: Sequence[Arm], reference: PollRate | None) -> str:

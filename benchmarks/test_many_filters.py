@@ -5,6 +5,7 @@ shape is checked, not its times."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,18 +19,21 @@ from benchmarks.many_filters import (
     PollRate,
     RoundPoint,
     checks,
+    current_link,
     filter_last_seconds,
     main,
     nearest_rank,
     parse_sizes,
     plan_arms,
+    swapped_to,
 )
+from bloomswarm.common.datadir import DataDir, filter_data_dir
 
 
 def _round(number: int, last: list[float], origin: int = 100, uss: list[int] | None = None) -> RoundPoint:
     return RoundPoint(round=number, version=number + 1, filters=len(last), file_bytes=100, publish_s=1.0,
                       index_sync_s=0.5, filter_last_s=sorted(last), origin_bytes=origin,
-                      uss_bytes=sorted(uss or [MIB]), cpu_busy=0.5, peers=[10])
+                      uss_bytes=sorted(uss or [MIB]), cpu_busy=0.5, agents_cpu_s=0.2, peers=[10])
 
 
 @pytest.mark.parametrize(("values", "q", "expected"), [
@@ -97,9 +101,10 @@ def test_targets_are_judged_on_the_default_arm_at_their_shape() -> None:
 def test_a_stalled_round_fails_the_time_target_as_a_lower_bound() -> None:
     stalled = RoundPoint(round=0, version=1, filters=2, file_bytes=100, publish_s=1.0,
                          index_sync_s=0.5, filter_last_s=[2.0, 90.0], origin_bytes=100, uss_bytes=[MIB],
-                         cpu_busy=0.5, peers=[500], missing_pairs=3)
+                         cpu_busy=0.5, agents_cpu_s=0.2, peers=[500], missing_pairs=3)
     arm = Arm("default", None, rounds=[stalled])
     assert arm.as_dict()["rounds"][0]["complete"] is False
+    assert arm.as_dict()["rounds"][0]["cpu_ms_per_install"] == pytest.approx(100.0)  # 0.2 s / (1 agent x 2)
     time_checks = checks(arm, None, on_target_shape=True)[:2]
     assert [c.passed for c in time_checks] == [False, False]
     assert all("lower bound" in c.note for c in time_checks)
@@ -140,3 +145,15 @@ def test_a_tiny_run_measures_every_arm_and_the_poll_rates(tmp_path: Path) -> Non
     assert [c["name"] for c in result["checks"]] == [
         "index.json GETs per agent / one filter's latest.json GETs",
         "index.json GETs per agent / one filter's latest.json GETs (not starved)"]
+
+
+def test_a_swap_is_read_from_the_current_link_and_its_time(tmp_path: Path) -> None:
+    layout = DataDir(filter_data_dir(tmp_path, "f01"))
+    link = current_link(tmp_path, "f01")
+    assert swapped_to(link) == (None, 0.0)
+    (layout.version_dir(3)).mkdir(parents=True)
+    layout.filter_file(3).write_bytes(b"x")
+    layout.flip_current(3)
+    version, made_at = swapped_to(link)
+    assert version == 3
+    assert made_at == os.lstat(layout.current).st_mtime

@@ -400,3 +400,30 @@ def test_under_require_private_an_installed_public_version_serves_but_is_not_see
     restarted = _agent(tmp_path, origin, daemons, swarm=swarm)
     assert restarted.layout.current_version() == 1
     assert 1 not in restarted.transfer.versions()
+
+
+def test_status_reads_the_data_directory_on_a_change_and_every_few_seconds_only(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import bloomswarm.agent.daemon as daemon_module
+    from bloomswarm.agent.gc import installed_versions
+
+    daemon = _agent_through_v2(tmp_path, store, origin, daemons)
+    assert daemon.status()["current_version"] == 2  # the swap refreshed it at once
+    listings: list[Path] = []
+
+    def counted(data_dir: Path) -> list[int]:
+        listings.append(data_dir)
+        return installed_versions(data_dir)
+
+    monkeypatch.setattr(daemon_module, "installed_versions", counted)
+    clock = daemon._clock
+    assert isinstance(clock, TickingClock)
+    began = clock.now
+    for _ in range(1000):  # periodic refreshes every OBSERVE_S; the disk every DISK_OBSERVE_S
+        daemon.step()
+    elapsed = clock.now - began
+    assert elapsed > 2 * daemon_module.DISK_OBSERVE_S
+    assert 1 <= len(listings) <= elapsed / daemon_module.DISK_OBSERVE_S + 1
+    assert daemon.status()["installed_versions"] == [1, 2]

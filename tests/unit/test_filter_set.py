@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from bloomswarm.agent.config import AgentConfig
-from bloomswarm.agent.daemon import AgentDaemon
+from bloomswarm.agent.daemon import OBSERVE_S, AgentDaemon
 from bloomswarm.agent.filter_config import FilterConfig
 from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
-from bloomswarm.agent.filter_set import FilterSet
+from bloomswarm.agent.filter_set import OBSERVES_PER_S, FilterSet, observe_interval
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.origin import Origin
@@ -326,3 +326,19 @@ def test_a_filter_that_cannot_start_on_reload_is_reported_and_the_others_go_on(
     assert "filter 'b' not started" in fleet.agent.status()["index"]["last_error"]
     publish_filter(store, "a", ["1", "3"])
     fleet.run_until(lambda: fleet.version("a") == 2)
+
+
+def test_many_filters_spread_their_periodic_status_refreshes() -> None:
+    assert observe_interval(1) == observe_interval(int(OBSERVE_S * OBSERVES_PER_S)) == OBSERVE_S
+    assert observe_interval(1000) == pytest.approx(1000 / OBSERVES_PER_S)
+    assert all(observe_interval(n) <= observe_interval(n + 1) for n in range(2000))
+
+
+def test_each_daemon_refreshes_at_the_interval_its_number_of_filters_gives(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    names = [f"f{i:03}" for i in range(120)]
+    fleet = Fleet(tmp_path, store, names)
+    assert {r.daemon.observe_interval_s for r in fleet.agent._running.values()} == {observe_interval(120)}
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, names[:2]))
+    assert {r.daemon.observe_interval_s for r in fleet.agent._running.values()} == {OBSERVE_S}

@@ -148,3 +148,18 @@ def test_a_key_keeps_its_route_once_started(
     routed.max_direct = 0  # the route was decided when the download started
     routed.seed(1, _torrent(store, small), tmp_path / "1")
     assert direct.versions() == [1] and swarm.versions() == []
+
+
+def test_small_files_fetched_directly_keep_no_resume_data(
+    store: MemoryObjectStore, origin: MemoryOrigin, tmp_path: Path
+) -> None:
+    small = publish(store, ["s"], capacity=100)
+    large = publish(store, ["l"], capacity=200_000)
+    swarm, direct = MemoryTransfer(origin), MemoryTransfer(origin)
+    routed = SizeRoutedTransfer(swarm, direct, max_direct=small.size)
+    routed.start_download(1, _torrent(store, small), tmp_path / "1", origin.url_factory(small.filter_key))
+    routed.start_download(2, _torrent(store, large), tmp_path / "2", origin.url_factory(large.filter_key))
+    assert set(direct.save_resume_data()) == {1}  # the direct transfer has some: not asked
+    assert set(routed.save_resume_data()) == {2}
+    assert set(routed.save_resume_data(keys=[1, 2])) == {2}
+    assert routed.save_resume_data(keys=[1]) == {}
