@@ -330,12 +330,17 @@ class DirectConfig:
     """Seconds to wait for a connection or a response byte."""
     rate_limit_bytes_per_s: int = 0
     """Download rate cap; 0 for none."""
+    concurrency: int = 8
+    """Downloads running at once; the others wait their turn (an agent of many small
+    filters fetches them all at once when they are published together)."""
 
     def __post_init__(self) -> None:
         if self.chunk_size < 4096 or self.timeout_s <= 0 or self.rate_limit_bytes_per_s < 0:
             raise ConfigError(
                 "direct.chunk_size must be >= 4096, timeout_s positive, rate_limit >= 0"
             )
+        if isinstance(self.concurrency, bool) or self.concurrency < 1:
+            raise ConfigError(f"direct.concurrency must be at least 1, got {self.concurrency!r}")
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """DirectTransfer: a :class:`~.transfer.Transfer` that fetches the file from the origin over HTTP.
 
-No peers, no pieces: one background thread per version GETs the origin URL and appends
-to ``save_dir/filter.bsf`` in bounded chunks, continuing an interrupted download with a
+No peers, no pieces: a worker (at most ``direct.concurrency`` downloads run at once; the
+others wait their turn, in the order started) GETs the origin URL and appends to
+``save_dir/filter.bsf`` in bounded chunks, continuing an interrupted download with a
 ``Range`` request from the bytes already on disk. It checks nothing about the content —
 the daemon's swap gate does (size, SHA-256, header). It is the fast tests' transfer and
 the swarm benchmark's "every agent from the origin" baseline; its ``seed`` only records
@@ -37,6 +38,7 @@ from .transfer import (
     relocated,
 )
 from .verify import CheckFailed, read_torrent
+from .worker_pool import WorkerPool
 
 log = logging.getLogger("bloomswarm.agent.direct")
 
@@ -58,7 +60,8 @@ class _Job:
     received: int = 0
     error: str | None = None
     stop: threading.Event | None = None
-    thread: threading.Thread | None = None
+    done: threading.Event | None = None
+    """Set when its worker is through with it (finished, failed or stopped)."""
 
     def snapshot(self) -> TransferStatus:
         finished = self.state == "seeding"
@@ -92,6 +95,7 @@ class DirectTransfer:
         self._lock = threading.Lock()
         self._news = threading.Event()
         """Set when a download's state changed (for :meth:`wait`)."""
+        self._workers = WorkerPool(self.config.concurrency, name="direct")
 
     def start_download(
         self,
@@ -114,12 +118,9 @@ class DirectTransfer:
             job.state, job.error = "error", "the direct transfer needs an origin URL"
             self._set(job)
             return
-        job.stop = threading.Event()
-        job.thread = threading.Thread(
-            target=self._run, args=(job, origin), name=f"direct-{key_label(key)}", daemon=True
-        )
+        job.stop, job.done = threading.Event(), threading.Event()
         self._set(job)
-        job.thread.start()
+        self._workers.submit(lambda: self._run(job, origin))
 
     def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """Record ``version`` as seeded (nothing is served)."""
@@ -146,12 +147,12 @@ class DirectTransfer:
             return True
 
     def remove(self, key: TransferKey) -> None:
-        """Stop the version's download (waits up to 2 s for its thread) and forget it."""
+        """Stop the version's download (waits up to 2 s for its worker) and forget it."""
         with self._lock:
             job = self._jobs.pop(key, None)
-        if job is not None and job.stop is not None and job.thread is not None:
+        if job is not None and job.stop is not None and job.done is not None:
             job.stop.set()
-            job.thread.join(_JOIN_TIMEOUT_S)
+            job.done.wait(_JOIN_TIMEOUT_S)
 
     def status(self, key: TransferKey) -> TransferStatus | None:
         """See :meth:`Transfer.status`."""
@@ -202,7 +203,16 @@ class DirectTransfer:
             self._news.set()
 
     def _run(self, job: _Job, origin: OriginURLFactory) -> None:
+        assert job.done is not None
+        try:
+            self._attempt(job, origin)
+        finally:
+            job.done.set()
+
+    def _attempt(self, job: _Job, origin: OriginURLFactory) -> None:
         assert job.stop is not None
+        if job.stop.is_set():  # removed while it waited for a worker
+            return
         error = "no attempt made"
         for attempt in range(1, _ATTEMPTS + 1):
             try:

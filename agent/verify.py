@@ -27,6 +27,7 @@ torrent never reaches a transfer. Nothing here modifies the file.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,8 +60,13 @@ class TorrentSummary:
     ordinary torrent."""
 
 
+@functools.lru_cache(maxsize=1024)
 def read_torrent(torrent: bytes) -> TorrentSummary:
-    """Parse a .torrent with libtorrent; CheckFailed("torrent") when it is not one."""
+    """Parse a .torrent with libtorrent; CheckFailed("torrent") when it is not one.
+
+    Remembers the last 1024 torrents parsed (a summary is immutable): a version's torrent
+    is read when it is announced, routed, started and verified, and an agent of many
+    filters reads a hundred at once."""
     try:
         info = lt.torrent_info(torrent)
         hashes = info.info_hashes()

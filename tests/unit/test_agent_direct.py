@@ -158,3 +158,26 @@ def test_wait_returns_when_a_download_finishes(
         transfer.wait(60.0)
     else:
         raise AssertionError("the download never finished")
+
+
+def test_downloads_beyond_the_concurrency_wait_their_turn_and_all_finish(
+    tmp_path: Path, store: MemoryObjectStore, server: StoreServer
+) -> None:
+    manifest = publish(store, ["a"], capacity=1_000_000)
+    torrent, origin = _torrent(store, manifest), _origin(server, manifest.filter_key)
+    slow = DirectTransfer(DirectConfig(chunk_size=16 * 1024, rate_limit_bytes_per_s=2_000_000, concurrency=2))
+    try:
+        for version in range(1, 6):
+            slow.start_download(version, torrent, tmp_path / str(version), origin)
+        _wait(slow, 1, lambda s: s.bytes_from_origin > 0)
+        started = [v for v in range(1, 6) if (s := slow.status(v)) is not None and s.bytes_from_origin]
+        assert len(started) <= 2  # two workers: the others have not begun
+        slow.remove(5)  # removed while it waits for a worker: it never starts
+        for version in range(1, 5):
+            assert _wait(slow, version, lambda s: s.finished).bytes_from_origin == manifest.size
+            digest = hashlib.sha256((tmp_path / str(version) / "filter.bsf").read_bytes()).hexdigest()
+            assert digest == manifest.sha256
+        assert not (tmp_path / "5" / "filter.bsf").exists()
+        assert slow._workers.threads <= 2
+    finally:
+        slow.close()
