@@ -6,25 +6,30 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar, cast
 
+from .worker_pool import WorkerPool
+
 T = TypeVar("T")
 
 
 class BackgroundCall(Generic[T]):
     """``fn()`` on a daemon thread of its own named ``name`` (a hung request never delays
     the process's exit; a process that exits during a delta's apply leaves only a
-    temporary file, which a restart removes before it applies the delta again), or, with
+    temporary file, which a restart removes before it applies the delta again), or on a
+    worker of ``pool`` when one is given (many calls at once share its threads), or, with
     ``thread`` False, right here (done when constructed: one code path for the loop's
     synchronous mode). :meth:`result` returns its value or raises its exception once
     :meth:`done`."""
 
     def __init__(self, fn: Callable[[], T], *, started_at: float, name: str = "bloomswarm-poll",
-                 thread: bool = True) -> None:
+                 thread: bool = True, pool: WorkerPool | None = None) -> None:
         self.started_at = started_at
         """When the call started (the caller's clock)."""
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
-        if thread:
+        if thread and pool is not None:
+            pool.submit(lambda: self._run(fn))
+        elif thread:
             threading.Thread(target=self._run, args=(fn,), name=name, daemon=True).start()
         else:
             self._run(fn)

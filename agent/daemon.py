@@ -4,9 +4,10 @@ One thread runs everything (the transfer's own threads aside)::
 
     every poll interval (+ jitter):  source.latest()  -> version_policy.decide()
                                      (with ``background_polls``, latest() runs on a
-                                     thread of its own and its result is taken at a
-                                     later tick: a slow or hung origin never holds up
-                                     the transfer's ticks or a swap)
+                                     thread of its own, or a worker of ``poll_pool``,
+                                     and its result is taken at a later tick: a slow or
+                                     hung origin never holds up the transfer's ticks or
+                                     a swap)
     a version to install:            check_capacity() -> transfer.start_download(staging/vN)
     every tick:                      transfer.poll(), transfer.status(vN)
     download finished:               verify_download() -> install_version() (a hard link)
@@ -102,6 +103,7 @@ from .origin import Origin
 from .transfer import DeltaKey, Transfer, TransferKey, TransferStatus, key_label, key_version
 from .verify import CheckFailed, HashedFile, check_file, read_torrent, verify_download
 from .version_policy import Action, decide, next_sequence
+from .worker_pool import WorkerPool
 
 if TYPE_CHECKING:
     from .certificates import CertificateState
@@ -204,6 +206,7 @@ class AgentDaemon:
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         background_polls: bool = False,
+        poll_pool: WorkerPool | None = None,
         peer_access: PeerAccess | None = None,
     ) -> None:
         self.config = config
@@ -231,6 +234,7 @@ class AgentDaemon:
         self._nothing_published = False
         self._freshness = PointerFreshness(config.watch.max_pointer_age_s, clock=wall_clock)
         self._background_polls = background_polls
+        self._poll_pool = poll_pool
         self._pending_poll: BackgroundCall[_Polled | None] | None = None
         self._slow_poll_logged = False
         self._next_observe = 0.0
@@ -241,6 +245,8 @@ class AgentDaemon:
         self._disk_view: tuple[int | None, list[int]] = (None, [])
         """``current`` and the installed versions, as /status last read them."""
         self._next_disk_read = 0.0
+        self._disk_changed = True
+        """The daemon changed the data directory (a swap, a collection) since /status read it."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -316,10 +322,9 @@ class AgentDaemon:
                 self._next_resume_save = now + self.config.resume_save_interval_s
                 self._save_resume_data(timeout=2.0)
             observed = self._observed_state()
-            changed = observed != self._last_observed
-            if now >= self._next_observe or changed:
+            if now >= self._next_observe or observed != self._last_observed:
                 self._next_observe, self._last_observed = now + self.observe_interval_s, observed
-                self._observe(read_disk=changed or now >= self._next_disk_read)
+                self._observe()
         except Exception as exc:  # a bug must not stop the agent serving
             log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
             self._error(f"internal error: {exc}")
@@ -329,7 +334,7 @@ class AgentDaemon:
     def _poll(self, now: float) -> None:
         self._next_poll = now + self._poll_interval()  # also when latest() has a bug
         if self._background_polls:
-            self._pending_poll = BackgroundCall(self._latest, started_at=now)
+            self._pending_poll = BackgroundCall(self._latest, started_at=now, pool=self._poll_pool)
             self._slow_poll_logged = False
         else:
             self._take_poll(self._latest, now)
@@ -714,6 +719,7 @@ class AgentDaemon:
 
     def _swap(self, target: _Target, now: float, *, downloaded: bool, delta_from: int | None = None) -> None:
         previous = self.layout.current_version()
+        self._disk_changed = True
         activate(self.data_dir, target.version)
         latency = self._clock() - target.seen_at
         self.metrics.record_swap(latency)
@@ -824,6 +830,7 @@ class AgentDaemon:
         collected = collect_garbage(self.data_dir, self.config.install.keep_versions,
                                     self._stop_version, downloading=downloading)
         if collected.versions or collected.leftovers:
+            self._disk_changed = True
             log_event(log, logging.INFO, "garbage_collected",
                       versions=",".join(map(str, collected.versions)) or None,
                       leftovers=",".join(collected.leftovers) or None)
@@ -920,7 +927,7 @@ class AgentDaemon:
                 self._last_swap["at"] if self._last_swap is not None else None,
                 self._last_error_at)
 
-    def _observe(self, *, read_disk: bool) -> None:
+    def _observe(self) -> None:
         self._check_freshness()
         access = self.peer_access
         if access is not None:
@@ -928,16 +935,17 @@ class AgentDaemon:
         statuses = [s for k in self.transfer.versions() if (s := self.transfer.status(k)) is not None]
         downloading = self._target.key if self._target is not None else None
         self.metrics.observe_transfers(statuses, downloading)
-        self._refresh_status(statuses, read_disk=read_disk)
+        self._refresh_status(statuses)
 
-    def _refresh_status(self, statuses: list[TransferStatus] | None = None, *,
-                        read_disk: bool = True) -> None:
-        """Rebuild the /status snapshot; ``read_disk``: list the data directory again (else
-        the last listing's ``current`` and installed versions are shown)."""
+    def _refresh_status(self, statuses: list[TransferStatus] | None = None) -> None:
+        """Rebuild the /status snapshot. The data directory (``current``, the installed
+        versions) is listed again after the daemon changed it, and every DISK_OBSERVE_S
+        (a change made by hand); otherwise the last listing is shown."""
         statuses = statuses or []
-        if read_disk:
+        now = self._clock()
+        if self._disk_changed or now >= self._next_disk_read:
             self._disk_view = (self.layout.current_version(), installed_versions(self.data_dir))
-            self._next_disk_read = self._clock() + DISK_OBSERVE_S
+            self._disk_changed, self._next_disk_read = False, now + DISK_OBSERVE_S
         current, installed = self._disk_view
         target = self._target
         by_key = {s.key: s for s in statuses}

@@ -37,6 +37,12 @@ def all_public_keys(config: AgentConfig) -> list[VerifyKey]:
     return load_public_keys(tuple(paths))
 
 
+POLL_WORKERS = 4
+"""Threads the filters' daemons share for their polls (each reads its entry of the index
+in memory; a filter whose torrent is not in the index, or with a delta to plan, fetches
+documents from the origin there)."""
+
+
 def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerAccess | None) -> FilterSet:
     """The agent of ``config``'s filters over the shared ``transfer``."""
     from bloomswarm.agent.announcements import HttpDocumentReader, PresignedPollReader
@@ -45,6 +51,7 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
     from bloomswarm.agent.metrics import AgentMetrics
     from bloomswarm.agent.origin import CdnOrigin, S3Origin
     from bloomswarm.agent.scoped_transfer import ScopedTransfer
+    from bloomswarm.agent.worker_pool import WorkerPool
     from bloomswarm.common.prefixed_store import PrefixedStore
     from bloomswarm.common.signing import load_public_keys
     from bloomswarm.common.storage import S3ObjectStore
@@ -70,13 +77,14 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
             return HttpDocumentReader(url, timeout_s=timeout), CdnOrigin(url)
 
     poller = IndexPoller(index_reader, all_public_keys(config))
+    polls = WorkerPool(POLL_WORKERS, name="bloomswarm-poll")  # not a thread per filter per poll
 
     def make_daemon(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
         keys: Sequence[VerifyKey] = load_public_keys(per_filter.public_keys)
         reader, origin = filter_origin(entry)
         source = IndexedAnnouncements(poller, entry.name, reader, keys)
         return AgentDaemon(per_filter, source, ScopedTransfer(transfer, entry.name), origin, keys,
-                           metrics=AgentMetrics(), background_polls=True)
+                           metrics=AgentMetrics(), background_polls=True, poll_pool=polls)
 
     from bloomswarm.agent.filter_set import FilterSet
 

@@ -1,4 +1,5 @@
-"""WorkerPool: bounded, reused threads, calls started in the order submitted."""
+"""WorkerPool: bounded, reused threads, calls started in the order submitted; BackgroundCall
+on a pool."""
 
 from __future__ import annotations
 
@@ -79,3 +80,23 @@ def test_a_failing_call_is_logged_and_the_worker_goes_on(caplog: pytest.LogCaptu
 def test_a_pool_needs_a_thread() -> None:
     with pytest.raises(ValueError):
         WorkerPool(0, name="test")
+
+
+def test_background_calls_can_share_a_pool() -> None:
+    from bloomswarm.agent.background_call import BackgroundCall
+
+    pool = WorkerPool(2, name="polls")
+    calls = [BackgroundCall(functools.partial(pow, n, 2), started_at=0.0, pool=pool) for n in range(20)]
+    assert all(call.wait(10) for call in calls)
+    assert [call.result() for call in calls] == [n * n for n in range(20)]
+    assert pool.threads <= 2
+
+    def fail() -> int:
+        raise ValueError("bad answer")
+
+    failed = BackgroundCall(fail, started_at=0.0, pool=pool)
+    assert failed.wait(10)
+    with pytest.raises(ValueError, match="bad answer"):
+        failed.result()
+    inline = BackgroundCall(lambda: 7, started_at=0.0, thread=False, pool=pool)
+    assert inline.done() and inline.result() == 7
