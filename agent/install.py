@@ -21,7 +21,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from bloomswarm.common.atomic_file import fsync_directory, write_atomically
+from bloomswarm.common.atomic_file import fsync_directory, write_atomically, write_new_file
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.errors import DownloadRefused, FormatError
 
@@ -118,13 +118,14 @@ def install_version(
         (layout.signature_file(version), documents.manifest_signature),
         (layout.torrent_file(version), documents.torrent),
     ):
-        if path.exists():
-            path.unlink()
-        write_atomically(path, [data], mode=READ_ONLY, sync_directory=False)  # fsynced once below
+        # Written in place: the directory is no version until its filter file appears
+        # (below, after these are fsynced); a crash's leftovers are replaced here or
+        # collected with the incomplete directory.
+        path.unlink(missing_ok=True)
+        write_new_file(path, data, mode=READ_ONLY)
     _place(staged_file, target, keep_staged=keep_staged)
-    fsync_directory(target_dir)
-    fsync_directory(staged_file.parent)
-    fsync_directory(target_dir.parent)
+    fsync_directory(target_dir)  # the documents' and the filter file's names
+    fsync_directory(target_dir.parent)  # the version directory's own name
     return target
 
 

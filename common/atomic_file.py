@@ -1,7 +1,8 @@
 """Writing files atomically: a temporary name, fsync, rename, fsync of the directory.
 
 A reader sees either no file or the whole file; a crash leaves at most a temporary file
-whose name starts with ``.tmp-``, never a partial target.
+whose name starts with ``.tmp-``, never a partial target. :func:`write_new_file` is the
+cheaper write for a directory nobody reads until a later step marks it complete.
 """
 
 from __future__ import annotations
@@ -66,3 +67,24 @@ def write_atomically(
             os.unlink(tmp_name)
         raise
 
+
+
+def write_new_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:
+    """Create ``path`` (FileExistsError when it exists) holding ``data`` with permission
+    ``mode``, fsynced; the directory is not. Not atomic: a crash can leave the file
+    partial. Only for a directory no reader trusts until a later step marks it complete
+    (a version directory before its filter file appears); a partial file is then removed
+    with the incomplete directory, or replaced by the next attempt."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)  # the umask narrowed the mode os.open gave
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    os.close(fd)

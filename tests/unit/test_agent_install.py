@@ -54,6 +54,20 @@ def test_install_keeps_an_installed_version_as_it_is(tmp_path: Path) -> None:
     assert not (tmp_path / "staging" / "v1" / "filter.bsf").exists()
 
 
+def test_install_replaces_the_documents_a_crash_left_in_an_incomplete_version(tmp_path: Path) -> None:
+    prepare_data_dir(tmp_path)
+    leftover = tmp_path / "versions" / "v2"
+    leftover.mkdir(parents=True)
+    (leftover / "manifest.json").write_bytes(b'{"trunc')  # a crash while it was written
+    (leftover / "manifest.json").chmod(0o444)
+    target = install_version(tmp_path, 2, stage_file(tmp_path, 2, b"bytes"), _DOCUMENTS)
+    assert (leftover / "manifest.json").read_bytes() == b"{}"
+    assert (leftover / "manifest.json.sig").read_bytes() == b"sig"
+    assert target.read_bytes() == b"bytes"
+    assert sorted(p.name for p in leftover.iterdir()) == [
+        "filter.bsf", "filter.torrent", "manifest.json", "manifest.json.sig"]
+
+
 def test_flip_refuses_a_version_that_is_not_installed(tmp_path: Path) -> None:
     prepare_data_dir(tmp_path)
     with pytest.raises(FileNotFoundError):

@@ -1,4 +1,4 @@
-"""write_atomically: the whole new file or the old one, and how much it fsyncs."""
+"""write_atomically: the whole new file or the old one, and how much it fsyncs; write_new_file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomswarm.common.atomic_file import write_atomically
+from bloomswarm.common.atomic_file import write_atomically, write_new_file
 
 
 @pytest.mark.parametrize(("options", "fsyncs"), [
@@ -43,3 +43,27 @@ def test_without_overwrite_an_existing_target_is_refused(tmp_path: Path) -> None
         write_atomically(target, [b"2"], overwrite=False)
     assert target.read_bytes() == b"1"
     assert [p.name for p in tmp_path.iterdir()] == ["once"]
+
+
+def test_a_new_file_is_created_whole_with_its_mode_and_one_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counted_fsync(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted_fsync)
+    old_umask = os.umask(0o077)
+    try:
+        write_new_file(tmp_path / "manifest.json", b"x" * 100_000, mode=0o444)
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "manifest.json").read_bytes() == b"x" * 100_000
+    assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == 0o444
+    assert len(calls) == 1
+    with pytest.raises(FileExistsError):
+        write_new_file(tmp_path / "manifest.json", b"other")
+    assert (tmp_path / "manifest.json").read_bytes() == b"x" * 100_000
