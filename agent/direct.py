@@ -60,6 +60,8 @@ class _Job:
     received: int = 0
     error: str | None = None
     stop: threading.Event | None = None
+    started: threading.Event | None = None
+    """Set when a worker takes it up (before it looks at ``stop``)."""
     done: threading.Event | None = None
     """Set when its worker is through with it (finished, failed or stopped)."""
 
@@ -118,7 +120,7 @@ class DirectTransfer:
             job.state, job.error = "error", "the direct transfer needs an origin URL"
             self._set(job)
             return
-        job.stop, job.done = threading.Event(), threading.Event()
+        job.stop, job.started, job.done = threading.Event(), threading.Event(), threading.Event()
         self._set(job)
         self._workers.submit(lambda: self._run(job, origin))
 
@@ -147,12 +149,12 @@ class DirectTransfer:
             return True
 
     def remove(self, key: TransferKey) -> None:
-        """Stop the version's download (waits up to 2 s for its worker) and forget it."""
+        """Stop the version's download (waits up to 2 s for its worker; not at all for a
+        download still waiting for one) and forget it."""
         with self._lock:
             job = self._jobs.pop(key, None)
-        if job is not None and job.stop is not None and job.done is not None:
-            job.stop.set()
-            job.done.wait(_JOIN_TIMEOUT_S)
+        if job is not None:
+            _stop([job])
 
     def status(self, key: TransferKey) -> TransferStatus | None:
         """See :meth:`Transfer.status`."""
@@ -185,9 +187,12 @@ class DirectTransfer:
             }
 
     def close(self) -> None:
-        """Stop every download."""
-        for key in self.versions():
-            self.remove(key)
+        """Stop every download (all told at once: a worker freed by one does not take up
+        the next; waits up to 2 s for those under way)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+            self._jobs.clear()
+        _stop(jobs)
 
     # -- the download thread -------------------------------------------------------------
 
@@ -203,7 +208,8 @@ class DirectTransfer:
             self._news.set()
 
     def _run(self, job: _Job, origin: OriginURLFactory) -> None:
-        assert job.done is not None
+        assert job.started is not None and job.done is not None
+        job.started.set()  # before _attempt looks at ``stop`` (see remove)
         try:
             self._attempt(job, origin)
         finally:
@@ -272,6 +278,18 @@ class DirectTransfer:
         assert job.stop is not None
         if ahead > 0 and job.stop.wait(ahead):
             raise _Stopped
+
+
+def _stop(jobs: list[_Job]) -> None:
+    """Tell ``jobs`` to stop, then wait up to 2 s for those a worker had taken up (one
+    still waiting for a worker never starts)."""
+    for job in jobs:
+        if job.stop is not None:
+            job.stop.set()  # before looking at ``started``: a worker taking it up now sees it
+    deadline = time.monotonic() + _JOIN_TIMEOUT_S
+    for job in jobs:
+        if job.started is not None and job.done is not None and job.started.is_set():
+            job.done.wait(max(deadline - time.monotonic(), 0.0))
 
 
 def _transient(exc: BaseException) -> bool:

@@ -181,3 +181,19 @@ def test_downloads_beyond_the_concurrency_wait_their_turn_and_all_finish(
         assert slow._workers.threads <= 2
     finally:
         slow.close()
+
+
+def test_closing_with_downloads_still_waiting_for_a_worker_returns_at_once(
+    tmp_path: Path, store: MemoryObjectStore, server: StoreServer
+) -> None:
+    manifest = publish(store, ["a"], capacity=1_000_000)
+    torrent, origin = _torrent(store, manifest), _origin(server, manifest.filter_key)
+    slow = DirectTransfer(DirectConfig(chunk_size=16 * 1024, rate_limit_bytes_per_s=100_000, concurrency=1))
+    for version in range(1, 41):
+        slow.start_download(version, torrent, tmp_path / str(version), origin)
+    _wait(slow, 1, lambda s: s.bytes_from_origin > 0)
+    began = time.monotonic()
+    slow.close()
+    assert time.monotonic() - began < 5.0  # 2 s at most for the running one, none for the 39 waiting
+    assert slow.versions() == []
+    assert not any((tmp_path / str(v)).exists() for v in range(2, 41))
