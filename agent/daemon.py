@@ -723,7 +723,7 @@ class AgentDaemon:
         activate(self.data_dir, target.version)
         latency = self._clock() - target.seen_at
         self.metrics.record_swap(latency)
-        self._publish_current(target.version)
+        self._publish_current(target.version, target.manifest)
         self._target = None
         self._last_swap = {"version": target.version, "previous": previous,
                            "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from}
@@ -884,9 +884,13 @@ class AgentDaemon:
     def _error(self, message: str) -> None:
         self._last_error, self._last_error_at = message, time.time()
 
-    def _publish_current(self, version: int | None) -> None:
+    def _publish_current(self, version: int | None, manifest: Manifest | None = None) -> None:
+        """Set the current version's metrics; ``manifest``: that version's, when the caller
+        holds it (else it is read from the data directory)."""
         created_at: float | None = None
-        if version is not None:
+        if manifest is not None:
+            created_at = float(manifest.created_at)
+        elif version is not None:
             created_at = self._created_at(version)
         self.metrics.set_current(version, created_at)
 

@@ -73,9 +73,10 @@ def collect_garbage(
         raise ValueError(f"keep must be at least 1, got {keep}")
     layout = DataDir(data_dir)
     current = layout.current_version()
-    kept = versions_to_keep(installed_versions(data_dir), current, keep)
+    installed = installed_versions(data_dir)
+    kept = versions_to_keep(installed, current, keep)
     result = Collected()
-    for version in installed_versions(data_dir):
+    for version in installed:
         if version in kept or version == layout.current_version():
             continue
         stop_seeding(version)

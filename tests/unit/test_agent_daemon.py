@@ -427,3 +427,16 @@ def test_status_reads_the_data_directory_on_a_change_and_every_few_seconds_only(
     assert elapsed > 2 * daemon_module.DISK_OBSERVE_S
     assert 1 <= len(listings) <= elapsed / daemon_module.DISK_OBSERVE_S + 1
     assert daemon.status()["installed_versions"] == [1, 2]
+
+
+def test_a_swap_publishes_the_creation_time_of_the_manifest_it_verified(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon]
+) -> None:
+    first = publish(store, ["a"])
+    daemon = _agent(tmp_path, origin, daemons)
+    run_until(daemon, lambda: installed(daemon, 1))
+    assert metric(daemon, "current_version_created_timestamp_seconds") == first.created_at
+    second = publish(store, ["a", "b"])
+    daemon._created_at = lambda version: -1.0  # type: ignore[method-assign]  # not read back
+    run_until(daemon, lambda: installed(daemon, 2))
+    assert metric(daemon, "current_version_created_timestamp_seconds") == second.created_at
