@@ -27,8 +27,10 @@ torrent never reaches a transfer. Nothing here modifies the file.
 
 from __future__ import annotations
 
-import functools
+import collections
+import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,13 +62,33 @@ class TorrentSummary:
     ordinary torrent."""
 
 
-@functools.lru_cache(maxsize=1024)
+_SUMMARIES_KEPT = 1024
+_summaries: collections.OrderedDict[bytes, TorrentSummary] = collections.OrderedDict()
+_summaries_lock = threading.Lock()
+
+
 def read_torrent(torrent: bytes) -> TorrentSummary:
     """Parse a .torrent with libtorrent; CheckFailed("torrent") when it is not one.
 
-    Remembers the last 1024 torrents parsed (a summary is immutable): a version's torrent
-    is read when it is announced, routed, started and verified, and an agent of many
-    filters reads a hundred at once."""
+    Remembers the summaries of the last 1024 torrents parsed, by their SHA-256 (a summary
+    is immutable; the torrents themselves, up to megabytes for a large filter, are not
+    kept): a version's torrent is read when it is announced, routed, started and
+    verified, and an agent of many filters reads a hundred at once. Thread-safe."""
+    digest = hashlib.sha256(torrent).digest()
+    with _summaries_lock:
+        summary = _summaries.get(digest)
+        if summary is not None:
+            _summaries.move_to_end(digest)
+            return summary
+    summary = _parse_torrent(torrent)
+    with _summaries_lock:
+        _summaries[digest] = summary
+        while len(_summaries) > _SUMMARIES_KEPT:
+            _summaries.popitem(last=False)
+    return summary
+
+
+def _parse_torrent(torrent: bytes) -> TorrentSummary:
     try:
         info = lt.torrent_info(torrent)
         hashes = info.info_hashes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import hashlib
@@ -173,3 +174,33 @@ def test_the_torrent_must_carry_the_swarm_ca_the_manifest_names(download: Downlo
     swapped = private_torrent(other)
     assert _check(download, manifest=dataclasses.replace(
         as_private, info_hash_v1=read_torrent(swapped).info_hash_v1), torrent=swapped) == "torrent"
+
+
+def test_torrent_summaries_are_remembered_by_content_and_bounded(
+    download: Download, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from bloomswarm.agent import verify
+
+    parsed: list[bytes] = []
+    real = verify._parse_torrent
+
+    def counted(torrent: bytes) -> verify.TorrentSummary:
+        parsed.append(torrent)
+        return real(torrent)
+
+    monkeypatch.setattr(verify, "_parse_torrent", counted)
+    monkeypatch.setattr(verify, "_SUMMARIES_KEPT", 2)
+    monkeypatch.setattr(verify, "_summaries", collections.OrderedDict())
+    torrent = download.torrent
+    first = read_torrent(torrent)
+    assert read_torrent(bytes(torrent)) == first and len(parsed) == 1  # equal bytes: parsed once
+    for bad in (b"d4:spam", b"d4:spam"):  # a refusal is not remembered: raised each time
+        with pytest.raises(CheckFailed):
+            read_torrent(bad)
+    assert len(parsed) == 3
+    for name in ("one.bin", "two.bin"):
+        (tmp_path / name).write_bytes(name.encode())
+        read_torrent(make_torrent(tmp_path / name, progress=False).data)
+    assert len(verify._summaries) == 2
+    read_torrent(torrent)  # pushed out by the two others: parsed again
+    assert parsed.count(torrent) == 2
