@@ -160,16 +160,25 @@ def test_wait_returns_when_a_download_finishes(
         raise AssertionError("the download never finished")
 
 
+def _queued(store: MemoryObjectStore, server: StoreServer, tmp_path: Path, versions: int, *,
+            rate: int, concurrency: int) -> tuple[DirectTransfer, Manifest]:
+    """A rate-capped transfer given ``versions`` downloads of one file (into tmp_path/N)
+    at once, returned once the first has bytes."""
+    manifest = publish(store, ["a"], capacity=1_000_000)
+    torrent, origin = _torrent(store, manifest), _origin(server, manifest.filter_key)
+    config = DirectConfig(chunk_size=16 * 1024, rate_limit_bytes_per_s=rate, concurrency=concurrency)
+    slow = DirectTransfer(config)
+    for version in range(1, versions + 1):
+        slow.start_download(version, torrent, tmp_path / str(version), origin)
+    _wait(slow, 1, lambda s: s.bytes_from_origin > 0)
+    return slow, manifest
+
+
 def test_downloads_beyond_the_concurrency_wait_their_turn_and_all_finish(
     tmp_path: Path, store: MemoryObjectStore, server: StoreServer
 ) -> None:
-    manifest = publish(store, ["a"], capacity=1_000_000)
-    torrent, origin = _torrent(store, manifest), _origin(server, manifest.filter_key)
-    slow = DirectTransfer(DirectConfig(chunk_size=16 * 1024, rate_limit_bytes_per_s=2_000_000, concurrency=2))
+    slow, manifest = _queued(store, server, tmp_path, 5, rate=2_000_000, concurrency=2)
     try:
-        for version in range(1, 6):
-            slow.start_download(version, torrent, tmp_path / str(version), origin)
-        _wait(slow, 1, lambda s: s.bytes_from_origin > 0)
         started = [v for v in range(1, 6) if (s := slow.status(v)) is not None and s.bytes_from_origin]
         assert len(started) <= 2  # two workers: the others have not begun
         slow.remove(5)  # removed while it waits for a worker: it never starts
@@ -186,12 +195,7 @@ def test_downloads_beyond_the_concurrency_wait_their_turn_and_all_finish(
 def test_closing_with_downloads_still_waiting_for_a_worker_returns_at_once(
     tmp_path: Path, store: MemoryObjectStore, server: StoreServer
 ) -> None:
-    manifest = publish(store, ["a"], capacity=1_000_000)
-    torrent, origin = _torrent(store, manifest), _origin(server, manifest.filter_key)
-    slow = DirectTransfer(DirectConfig(chunk_size=16 * 1024, rate_limit_bytes_per_s=100_000, concurrency=1))
-    for version in range(1, 41):
-        slow.start_download(version, torrent, tmp_path / str(version), origin)
-    _wait(slow, 1, lambda s: s.bytes_from_origin > 0)
+    slow, _ = _queued(store, server, tmp_path, 40, rate=100_000, concurrency=1)
     began = time.monotonic()
     slow.close()
     assert time.monotonic() - began < 5.0  # 2 s at most for the running one, none for the 39 waiting
