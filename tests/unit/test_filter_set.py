@@ -100,6 +100,10 @@ class Fleet:
     def version(self, name: str) -> int | None:
         return DataDir(filter_data_dir(self.config.data_dir, name)).current_version()
 
+    def run_until_at(self, versions: dict[str, int]) -> None:
+        """Step until each named filter's ``current`` is at the version given."""
+        self.run_until(lambda: all(self.version(name) == v for name, v in versions.items()))
+
     def run_until(self, condition: object, steps: int = 400) -> None:
         assert callable(condition)
         for _ in range(steps):
@@ -120,7 +124,7 @@ def test_every_filter_installs_into_its_own_directory_from_one_index(
     publish_filter(store, "blocklist", ["a", "b"])
     publish_filter(store, "fraud", ["x"])
     fleet = Fleet(tmp_path, store, ["blocklist", "fraud"])
-    fleet.run_until(lambda: fleet.version("blocklist") == 1 and fleet.version("fraud") == 1)
+    fleet.run_until_at({"blocklist": 1, "fraud": 1})
     assert fleet.agent.is_ready
     assert store.get(INDEX_KEY) is not None
     # The index is the only document polled at the root; the small torrents ride in it,
@@ -138,10 +142,10 @@ def test_a_new_version_of_one_filter_leaves_the_others_alone(
     publish_filter(store, "a", ["1"])
     publish_filter(store, "b", ["2"])
     fleet = Fleet(tmp_path, store, ["a", "b"])
-    fleet.run_until(lambda: fleet.version("a") == 1 and fleet.version("b") == 1)
+    fleet.run_until_at({"a": 1, "b": 1})
     swaps_b = fleet.agent.status()["filters"]["b"]["last_swap"]
     publish_filter(store, "a", ["1", "3"])
-    fleet.run_until(lambda: fleet.version("a") == 2)
+    fleet.run_until_at({"a": 2})
     assert fleet.version("b") == 1
     assert fleet.agent.status()["filters"]["b"]["last_swap"] == swaps_b
     transferred = fleet.shared.versions()
@@ -169,7 +173,7 @@ def test_a_filter_the_configuration_does_not_list_is_ignored_and_reported(
     publish_filter(store, "wanted", ["1"])
     publish_filter(store, "stranger", ["2"])
     fleet = Fleet(tmp_path, store, ["wanted"])
-    fleet.run_until(lambda: fleet.version("wanted") == 1)
+    fleet.run_until_at({"wanted": 1})
     assert fleet.agent.status()["index"]["unknown_filters"] == ["stranger"]
     assert not filter_data_dir(fleet.config.data_dir, "stranger").exists()
     assert b'bloomswarm_agent_index_unknown_filters 1.0' in generate_latest(fleet.agent.registry)
@@ -180,10 +184,10 @@ def test_a_filter_not_yet_in_the_index_waits_while_the_others_install(
 ) -> None:
     publish_filter(store, "early", ["1"])
     fleet = Fleet(tmp_path, store, ["early", "late"])
-    fleet.run_until(lambda: fleet.version("early") == 1)
+    fleet.run_until_at({"early": 1})
     assert not fleet.agent.is_ready  # "late" has nothing yet
     publish_filter(store, "late", ["2"])
-    fleet.run_until(lambda: fleet.version("late") == 1)
+    fleet.run_until_at({"late": 1})
     assert fleet.agent.is_ready
 
 
@@ -191,7 +195,7 @@ def test_metrics_carry_a_filter_label(tmp_path: Path, store: MemoryObjectStore) 
     publish_filter(store, "a", ["1"])
     publish_filter(store, "b", ["2"])
     fleet = Fleet(tmp_path, store, ["a", "b"])
-    fleet.run_until(lambda: fleet.version("a") == 1 and fleet.version("b") == 1)
+    fleet.run_until_at({"a": 1, "b": 1})
     text = generate_latest(fleet.agent.registry).decode()
     assert 'bloomswarm_agent_current_version{filter="a"} 1.0' in text
     assert 'bloomswarm_agent_current_version{filter="b"} 1.0' in text
@@ -205,11 +209,11 @@ def test_reload_adds_and_drops_filters_without_touching_the_others(
     for name in ("keep", "drop", "add"):
         publish_filter(store, name, [name])
     fleet = Fleet(tmp_path, store, ["keep", "drop"])
-    fleet.run_until(lambda: fleet.version("keep") == 1 and fleet.version("drop") == 1)
+    fleet.run_until_at({"keep": 1, "drop": 1})
     kept = fleet.agent._running["keep"].daemon
     fleet.agent.reconfigure(Fleet.configure(tmp_path, ["keep", "add"]))
     assert fleet.agent._running["keep"].daemon is kept  # not restarted
-    fleet.run_until(lambda: fleet.version("add") == 1)
+    fleet.run_until_at({"add": 1})
     assert not any(str(k).startswith("drop/") for k in fleet.shared.versions())
     assert fleet.version("drop") == 1  # its data stays on disk; only its transfers stopped
     assert sorted(fleet.agent.status()["filters"]) == ["add", "keep"]
@@ -220,7 +224,7 @@ def test_an_index_signed_by_an_unknown_key_is_refused_and_the_filters_keep_servi
 ) -> None:
     publish_filter(store, "a", ["1"])
     fleet = Fleet(tmp_path, store, ["a"])
-    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.run_until_at({"a": 1})
     publish(PrefixedStore(store, filter_prefix("a")), ["1", "2"])  # type: ignore[arg-type]
     store.delete([INDEX_KEY])
     sync_index(store, ["a"], ROGUE_KEY, "rogue", sleep=lambda _s: None)
@@ -237,7 +241,7 @@ def test_an_older_index_is_refused(tmp_path: Path, store: MemoryObjectStore) -> 
     assert old is not None
     publish_filter(store, "a", ["1", "2"])
     fleet = Fleet(tmp_path, store, ["a"])
-    fleet.run_until(lambda: fleet.version("a") == 2)
+    fleet.run_until_at({"a": 2})
     store.put(INDEX_KEY, old.data)  # replayed
     for _ in range(50):
         fleet.agent.step()
@@ -254,7 +258,7 @@ def test_a_filter_whose_entry_fails_its_own_keys_is_refused_alone(
     publish(bad, ["2"], key=ROGUE_KEY)  # type: ignore[arg-type]
     sync_index(store, ["bad"], KEY, "unit-test", sleep=lambda _s: None)  # the index itself is signed well
     fleet = Fleet(tmp_path, store, ["good", "bad"])
-    fleet.run_until(lambda: fleet.version("good") == 1)
+    fleet.run_until_at({"good": 1})
     for _ in range(50):
         fleet.agent.step()
     assert fleet.version("bad") is None
@@ -266,7 +270,7 @@ def test_shutdown_stops_every_filter_and_closes_the_shared_transfer(
 ) -> None:
     publish_filter(store, "a", ["1"])
     fleet = Fleet(tmp_path, store, ["a"])
-    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.run_until_at({"a": 1})
     fleet.agent.shutdown()
     assert fleet.shared.versions() == []
 
@@ -283,13 +287,13 @@ def test_a_pin_rolls_back_one_filter_and_the_others_stay(tmp_path: Path, store: 
     publish_filter(store, "a", ["1", "2"])
     publish_filter(store, "b", ["3"])
     fleet = Fleet(tmp_path, store, ["a", "b"])
-    fleet.run_until(lambda: fleet.version("a") == 2 and fleet.version("b") == 1)
+    fleet.run_until_at({"a": 2, "b": 1})
     pin(PrefixedStore(store, filter_prefix("a")), 1, KEY, PUBLIC, "unit-test")
     sync_index(store, ["a"], KEY, "unit-test", sleep=lambda _s: None)
-    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.run_until_at({"a": 1})
     assert fleet.agent.status()["filters"]["a"]["pointer"]["pinned"] is True
     publish_filter(store, "b", ["3", "4"])  # the other filter still moves forward
-    fleet.run_until(lambda: fleet.version("b") == 2)
+    fleet.run_until_at({"b": 2})
     assert fleet.version("a") == 1
 
 
@@ -297,7 +301,7 @@ def test_agent_status_prints_a_line_per_filter(tmp_path: Path, store: MemoryObje
     publish_filter(store, "a", ["1"])
     publish_filter(store, "other", ["2"])
     fleet = Fleet(tmp_path, store, ["a", "b"])
-    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.run_until_at({"a": 1})
     text = format_filters_status("http://127.0.0.1:9731", fleet.agent.status())
     lines = text.splitlines()
     assert lines[0] == "agent        http://127.0.0.1:9731 (2 filters, 1 ready)"
@@ -312,7 +316,7 @@ def test_a_filter_that_cannot_start_on_reload_is_reported_and_the_others_go_on(
     publish_filter(store, "a", ["1"])
     publish_filter(store, "b", ["2"])
     fleet = Fleet(tmp_path, store, ["a"])
-    fleet.run_until(lambda: fleet.version("a") == 1)
+    fleet.run_until_at({"a": 1})
     make = fleet.agent._make_daemon
 
     def failing(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
@@ -325,7 +329,7 @@ def test_a_filter_that_cannot_start_on_reload_is_reported_and_the_others_go_on(
     assert sorted(fleet.agent.status()["filters"]) == ["a"]
     assert "filter 'b' not started" in fleet.agent.status()["index"]["last_error"]
     publish_filter(store, "a", ["1", "3"])
-    fleet.run_until(lambda: fleet.version("a") == 2)
+    fleet.run_until_at({"a": 2})
 
 
 def test_many_filters_spread_their_periodic_status_refreshes() -> None:
