@@ -27,15 +27,19 @@ back at once when someone else does.
 2. *Wait your turn* (:meth:`OriginPolicy.turn_at`). Every download of a version has a
    rank in [0, 1): :func:`fleet_rank` of the info-hash and the agent's peer id, which
    every agent can compute for the peers it is connected to. Its *position* is the
-   number of agents ranked before it: those counted among the connected peers, plus
+   number of agents ranked before it: those counted among the agents in sight, plus
    ``rank * unseen`` for the agents not in sight (each is ahead with probability
    ``rank``), ``unseen`` from the swarm's size (the trackers' complete and incomplete
-   counts, the version it seeds) less the peers in sight. It may use the origin
+   counts, the version it seeds) less the agents in sight. In sight are the peers
+   connected for this version and, before they connect, the agents connected for the
+   versions it seeds (``fleet_peer_ids``): in a running fleet every agent knows the
+   whole order the moment a version appears. It may use the origin
    ``turns_before(position, stripes) * origin_stagger_s`` seconds after settling
    (capped at ``origin_max_delay_s``): the first ``stripes`` agents within the first
    stagger (the first agent of a fresh version at once), each one after them one
-   stagger later, whatever the fleet size. Without peer ids (a simulator) the rank is
-   drawn from ``rng``.
+   stagger later, whatever the fleet size; with the whole fleet in sight the first
+   ``stripes`` agents at once (each takes a stripe of its own, rule 5). Without peer
+   ids (a simulator) the rank is drawn from ``rng``.
 3. *Starved → on* (:func:`want_origin`). Once its turn has come, the download adds the
    web seed at once if it is first in line (position below 1), no peer ever fed it and
    no connected peer holds a piece it still needs (nobody has the version yet: waiting
@@ -52,8 +56,12 @@ back at once when someone else does.
    4 work per stripe: off, a download whose turn has come takes a stripe nobody in sight
    holds a piece of (else one that stopped growing for ``STALL_FACTOR *
    origin_starved_s``: its fetcher left it) and gives its pieces top priority, other
-   pieces nobody holds priority 0 (the agent p-th in line the p-th free stripe, so that
-   agents starting together take different ones). With no stripe to take it waits until peers delivered
+   pieces nobody holds priority 0 (the agent p-th in line stripe p when it is free, else
+   the p-th free stripe, so that agents starting together take different ones). There
+   are ``origin_stripes`` stripes, or one per agent of a larger fleet in sight when the
+   download starts (``fleet_size``), at most one per piece: every agent of a running
+   fleet then fetches its own share from the origin and its upload spreads it, instead
+   of a few agents' uploads carrying every fresh piece. With no stripe to take it waits until peers delivered
    nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
    On a stripe that a peer further ahead also fetches, it moves to another free stripe or
    leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
@@ -164,6 +172,9 @@ class Observation:
     the swarm of the version seeded), 0 when unknown."""
     peer_ids: Sequence[bytes] = ()
     """Peer ids of the connected peers (ranked with :func:`fleet_rank`)."""
+    fleet_peer_ids: frozenset[bytes] = frozenset()
+    """Peer ids of the agents connected for the other versions of the same filter (those
+    this agent seeds): the fleet in sight before its agents connect for this version."""
     fleet_known: bool = True
     """The fleet's size is known from a version this agent holds (its torrent's tracker
     counts). When it is not (a fresh fleet's first version), a download waits
@@ -295,6 +306,7 @@ class OriginPolicy:
         rng: Draws,
         peer_bytes: int = 0,
         identity: tuple[bytes, bytes] | None = None,
+        fleet_size: int = 0,
     ) -> None:
         self._config = config
         self._rng = rng
@@ -328,7 +340,7 @@ class OriginPolicy:
         self._watch: StripeWatch | None = None
         if origin and config.origin_policy == "fallback" and config.origin_stripes > 1:
             stripes = Stripes.for_torrent(pieces, piece_length, config.origin_request_bytes,
-                                          config.origin_stripes)
+                                          max(config.origin_stripes, fleet_size))
             self._watch = StripeWatch(stripes, now)
         self._stripe: int | None = None
         """The stripe the web seed fetches first, or None: any piece (rarest first)."""
@@ -382,14 +394,26 @@ class OriginPolicy:
     def position(self, obs: Observation) -> float:
         """This download's estimated place in the fleet's queue for the origin: how many
         agents come before it (see rule 2 of the module's docstring)."""
-        in_sight = len(obs.peers) + 1
         if self._backed_off:
-            return self._rank * in_sight
+            return self._rank * (len(obs.peers) + 1)
+        known = self._known(obs)
+        in_sight = max(len(obs.peers), len(known)) + 1
         swarm = max(obs.swarm_size, in_sight)
         if self._salt is None:
             return self._rank * (swarm - 1)
-        ahead = sum(1 for peer_id in obs.peer_ids if self._peer_rank(peer_id) < self._rank)
+        ahead = sum(1 for peer_id in known if self._peer_rank(peer_id) < self._rank)
         return ahead + self._rank * (swarm - in_sight)
+
+    @staticmethod
+    def _known(obs: Observation) -> frozenset[bytes]:
+        """Peer ids of the agents in sight: connected for this version or for another."""
+        return obs.fleet_peer_ids.union(obs.peer_ids) if obs.fleet_peer_ids else frozenset(obs.peer_ids)
+
+    def _whole_fleet_in_sight(self, obs: Observation) -> bool:
+        """Whether this download knows every agent's rank (its position is exact): the
+        agents in sight by peer id are the whole swarm, whose size is known."""
+        return (self._salt is not None and not self._backed_off and obs.swarm_size > 0
+                and len(self._known(obs)) + 1 >= obs.swarm_size)
 
     def turn_at(self, obs: Observation) -> float:
         """Monotonic instant from which this download may use the origin ("fallback"), as
@@ -399,6 +423,8 @@ class OriginPolicy:
             return math.inf
         config = self._config
         stripes = 1 if self._watch is None else self._watch.stripes.stripes
+        if stripes > 1 and self._whole_fleet_in_sight(obs) and self.position(obs) < stripes:
+            return settled  # a stripe of its own, which no other agent takes: at once
         return settled + min(config.origin_stagger_s * turns_before(self.position(obs), stripes),
                              config.origin_max_delay_s)
 
@@ -501,13 +527,14 @@ class OriginPolicy:
         if stripe is None:
             return None
         if origin_stripes.yields(stripes, have, peers, stripe, self._stripe_base):
-            free = [s for s in self._free_stripes(now) if s != stripe]
+            free = [s for s in self._free_stripes(now, moving_on=self._whole_fleet_in_sight(obs))
+                    if s != stripe]
             if free:  # the web seed stays, on another stripe
                 return self._set_stripe(self._pick_stripe(free, obs, moving_on=True), have, peers)
             return self._back_off(f"stripe {stripe} is fetched by another agent", now)
         if not origin_stripes.complete(stripes, have, stripe):
             return self._refresh(obs, link, self._set_stripe(stripe, have, peers))  # peers' new pieces
-        free = self._free_stripes(now)
+        free = self._free_stripes(now, moving_on=self._whole_fleet_in_sight(obs))
         if free:
             return self._refresh(obs, link, self._set_stripe(self._pick_stripe(free, obs, moving_on=True),
                                                              have, peers))
@@ -523,18 +550,26 @@ class OriginPolicy:
           stripes complete together then spread over the free ones.
         - Otherwise (agents out of sight may think they are p-th too; a fresh fleet's
           agents moving on), or after a back-off: one drawn at random."""
-        in_sight = len(obs.peers) + 1 >= obs.swarm_size
+        in_sight = max(len(obs.peers), len(self._known(obs))) + 1 >= obs.swarm_size
         if self._backed_off or not in_sight or (moving_on and not obs.fleet_known):
             return self._rng.choice(free)
-        return free[int(self.position(obs)) % len(free)]
+        position = int(self.position(obs))
+        own = position % self._watch.stripes.stripes if self._watch is not None else 0
+        if not moving_on and own in free:
+            return own
+        return free[position % len(free)]
 
-    def _free_stripes(self, now: float) -> list[int]:
+    def _free_stripes(self, now: float, *, moving_on: bool = False) -> list[int]:
         """Stripes to take (as of this tick's watch update): those nobody in sight holds a
         piece of, else those that stopped growing for ``STALL_FACTOR * origin_starved_s``
-        (their fetcher left them)."""
+        (their fetcher left them). ``moving_on`` (off a stripe, the whole fleet in sight):
+        every stripe has its agent, which may still wait for its first piece; a stripe
+        nobody holds a piece of is free only once that long passed since the start."""
         watch = self._watch
         assert watch is not None
-        return watch.unclaimed() or watch.stalled(now, stall_s(self._config.origin_starved_s))
+        after = stall_s(self._config.origin_starved_s)
+        unclaimed = watch.unclaimed_for(now, after) if moving_on else watch.unclaimed()
+        return unclaimed or watch.stalled(now, after)
 
     def _set_stripe(self, stripe: int, have: Pieces, peers: Bitfields) -> Decision:
         """The web seed on ``stripe``: its priorities (when they changed), and the stripe

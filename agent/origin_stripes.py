@@ -55,9 +55,10 @@ class Stripes:
 
     @classmethod
     def for_torrent(cls, pieces: int, piece_size: int, request_bytes: int, stripes: int) -> Stripes:
-        """Runs of one origin request (``request_bytes``, whole pieces, at least one);
-        never more stripes than runs."""
-        run = max(1, request_bytes // max(piece_size, 1))
+        """Runs of one origin request (``request_bytes``, whole pieces, at least one),
+        shorter when that leaves fewer runs than ``stripes`` (a small file, a large
+        fleet: every stripe gets pieces); never more stripes than runs."""
+        run = max(1, min(request_bytes // max(piece_size, 1), pieces // max(stripes, 1)))
         runs = max(1, -(-pieces // run))
         return cls(pieces, run, max(1, min(stripes, runs)))
 
@@ -124,6 +125,7 @@ class StripeWatch:
         self._sizes = [stripes.mask(s).count() for s in range(stripes.stripes)]
         self._counts = [0] * stripes.stripes
         self._grew = [now] * stripes.stripes
+        self._started = now
 
     def update(self, have: Pieces, peers: Bitfields, now: float) -> None:
         for stripe, count in enumerate(held_counts(self.stripes, have, peers)):
@@ -134,6 +136,11 @@ class StripeWatch:
     def unclaimed(self) -> list[int]:
         """:func:`unclaimed` as of the last :meth:`update`."""
         return [stripe for stripe, count in enumerate(self._counts) if count == 0]
+
+    def unclaimed_for(self, now: float, after_s: float) -> list[int]:
+        """:meth:`unclaimed`, but only once ``after_s`` seconds passed since the watch
+        began (until then a stripe's fetcher may still be waiting for its first piece)."""
+        return self.unclaimed() if now - self._started >= after_s else []
 
     def stalled(self, now: float, after_s: float) -> list[int]:
         """Stripes partly held, with pieces missing everywhere in sight, that did not grow

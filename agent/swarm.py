@@ -54,7 +54,15 @@ from .origin_relay import OriginRelay
 from .peer_access import RefusalLog, make_ip_filter, refusal_reason
 from .session_settings import session_settings
 from .swarm_torrent import CHECKING, NO_ORIGIN, FactoryLink, SwarmTorrent, endpoint, is_web_seed
-from .transfer import OriginURLFactory, TransferKey, TransferStatus, key_label, key_order, same_file
+from .transfer import (
+    OriginURLFactory,
+    TransferKey,
+    TransferStatus,
+    key_label,
+    key_order,
+    key_scope,
+    same_file,
+)
 
 __all__ = ["Swarm", "SwarmConfig", "session_settings"]
 
@@ -106,6 +114,11 @@ class Swarm:
         + incomplete) the trackers reported for a complete torrent at the last poll (the
         current poll's count goes to ``_swarm_size_now``); 0: unknown."""
         self._swarm_size_now = 0
+        self._fleet: dict[str | None, frozenset[bytes]] = {}
+        """Per filter (``key_scope``), peer ids of the agents connected for any of its
+        versions at this poll (the complete ones are read first): the fleet in sight of
+        a new version's download before its peers connect for it."""
+        self._fleet_now: dict[str | None, set[bytes]] = {}
         self._peer_class = OriginPeerClass(self._ses, self.config, clock,
                                            on_addresses=self._allow_origin)
 
@@ -239,12 +252,15 @@ class Swarm:
         if all(r.complete and r.policy.attached is None for r in records):
             return  # only complete files, no web seed: no decision to take, nothing to count
         self._swarm_size_now = 0
-        for record in records:
+        self._fleet_now = {}
+        # Complete torrents first: their peers are the fleet the downloads see this tick.
+        for record in sorted(records, key=lambda r: not r.complete):
             try:
                 self._poll_torrent(record, now)
             except RuntimeError as exc:  # libtorrent refused an operation on this torrent
                 log.warning("%s: %s", record.label, exc)
         self._swarm_size = self._swarm_size_now
+        self._fleet = {scope: frozenset(ids) for scope, ids in self._fleet_now.items()}
 
     def wait(self, timeout: float) -> None:
         """Block until libtorrent posts an event (a torrent finished, a tracker answered, an
@@ -438,7 +454,8 @@ class Swarm:
         policy = OriginPolicy(self.config, pieces=info.num_pieces(), piece_length=info.piece_length(),
                               origin=origin is not None, now=now, rng=self._rng,
                               peer_bytes=0 if previous is None else previous.bytes_from_peers,
-                              identity=(info.info_hashes().get_best().to_bytes(), self.peer_id))
+                              identity=(info.info_hashes().get_best().to_bytes(), self.peer_id),
+                              fleet_size=self._swarm_size)
         record = SwarmTorrent(
             key=key,
             handle=handle,
@@ -642,6 +659,12 @@ class Swarm:
         size = max(st.num_complete, 0) + max(st.num_incomplete, 0)
         if st.is_seeding:
             self._swarm_size_now = max(self._swarm_size_now, size)
+        # A connection still in its handshake has no peer id yet (all zeros).
+        peer_ids = [pid for pid in (p.pid.to_bytes() for p in peers) if any(pid)]
+        scope = key_scope(record.key)
+        fleet = self._fleet_now.setdefault(scope, set())
+        fleet_ids = frozenset(fleet)
+        fleet.update(peer_ids)
         observation = Observation(
             now=now,
             wall=time.time(),
@@ -654,7 +677,8 @@ class Swarm:
             announced=record.announced or bool(peers),
             known_peers=record.named_peers,
             swarm_size=max(self._swarm_size, size, record.named_peers),
-            peer_ids=[p.pid.to_bytes() for p in peers],
+            peer_ids=peer_ids,
+            fleet_peer_ids=fleet_ids,
             fleet_known=self._swarm_size > 0,
         )
         decision = record.policy.step(observation, record.link)

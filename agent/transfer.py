@@ -74,6 +74,11 @@ def unscoped(key: TransferKey) -> VersionKey:
     return key.key if isinstance(key, ScopedKey) else key
 
 
+def key_scope(key: TransferKey) -> str | None:
+    """The named filter a transfer key belongs to (None: the single filter)."""
+    return key.scope if isinstance(key, ScopedKey) else None
+
+
 def key_version(key: TransferKey) -> int:
     """The version a transfer key belongs to (a delta's target version)."""
     inner = unscoped(key)

@@ -60,11 +60,12 @@ def config(**overrides: object) -> SwarmConfig:
 
 
 def policy(settings: SwarmConfig, *, pieces: int = 16, rank: float = 0.5, origin: bool = True,
-           draws: Draws | None = None, identity: tuple[bytes, bytes] | None = None) -> OriginPolicy:
+           draws: Draws | None = None, identity: tuple[bytes, bytes] | None = None,
+           fleet_size: int = 0) -> OriginPolicy:
     """A download of ``pieces`` pieces started at ``START`` (its rank drawn, ``rank``,
     unless ``identity`` is given)."""
     return OriginPolicy(settings, pieces=pieces, piece_length=PIECE, origin=origin, now=START,
-                        rng=draws or Draws(rank), identity=identity)
+                        rng=draws or Draws(rank), identity=identity, fleet_size=fleet_size)
 
 
 def bits(pieces: int, *held: int) -> list[bool]:
@@ -74,14 +75,15 @@ def bits(pieces: int, *held: int) -> list[bool]:
 def obs(at: float, *, have: Sequence[bool] = (), peers: Sequence[tuple[bool, Sequence[bool]]] = (),
         peer_bytes: int = 0, pieces: int = 16, finished: bool = False, failed: bool = False,
         checking: bool = False, announced: bool = False, known_peers: int = 0, swarm_size: int = 0,
-        peer_ids: Sequence[bytes] = (), fleet_known: bool = True) -> Observation:
+        peer_ids: Sequence[bytes] = (), fleet_known: bool = True,
+        fleet_peer_ids: frozenset[bytes] = frozenset()) -> Observation:
     """The download ``at`` seconds after ``START``; by default nobody answered it (its
     turns count from the grace cap)."""
     return Observation(now=START + at, wall=WALL + at, peer_bytes=peer_bytes,
                        have=list(have) or bits(pieces), peers=list(peers),
                        finished=finished, failed=failed, checking=checking, announced=announced,
                        known_peers=known_peers, swarm_size=swarm_size, peer_ids=list(peer_ids),
-                       fleet_known=fleet_known)
+                       fleet_known=fleet_known, fleet_peer_ids=fleet_peer_ids)
 
 
 def origin_part(decision: Decision) -> Decision:

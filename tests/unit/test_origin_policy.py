@@ -27,8 +27,9 @@ from bloomswarm.agent.origin_policy import (
 )
 from bloomswarm.agent.origin_stripes import DEFAULT_PRIORITY as D
 from bloomswarm.agent.origin_stripes import TOP_PRIORITY as T
+from bloomswarm.agent.origin_stripes import Stripes
 from bloomswarm.agent.transfer import OriginURL
-from tests.unit.origin_policy_helpers import START, Draws, Link, bits, config, obs, origin_part, policy
+from tests.unit.origin_policy_helpers import PIECE, START, Draws, Link, bits, config, obs, origin_part, policy
 
 URL = "http://origin/v1"
 HOLDS_NEEDED = (False, bits(16, 3))
@@ -189,6 +190,43 @@ def test_peers_ranked_ahead_each_add_a_stagger() -> None:
     # A swarm larger than the peers in sight: those seen ahead, and the rank's share of the rest.
     bigger = obs(0.2, announced=True, known_peers=5, peers=peers, peer_ids=ahead + behind, swarm_size=1000)
     assert download.position(bigger) == pytest.approx(2.0 + OWN_RANK * (1000 - 6))
+
+
+def test_the_agents_seen_for_other_versions_count_before_they_connect_for_this_one() -> None:
+    ahead = _ids_ranked(2, below=OWN_RANK)
+    behind = _ids_ranked(3, below=OWN_RANK, above=True)
+    download = policy(config(), identity=(INFO_HASH, OWN_ID))
+    # Nobody connected for this version yet; all five are connected for the one seeded.
+    seen = obs(0.1, announced=True, swarm_size=6, fleet_peer_ids=frozenset(ahead + behind))
+    assert download.position(seen) == 2.0  # exactly
+    # Connected for both: counted once.
+    both = obs(0.1, announced=True, known_peers=1, peers=[(False, [])], peer_ids=ahead[:1], swarm_size=6,
+               fleet_peer_ids=frozenset(ahead + behind))
+    assert download.position(both) == 2.0
+
+
+def test_with_the_whole_fleet_in_sight_each_agent_takes_its_own_stripe_at_once() -> None:
+    settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE)
+    ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    link = Link()
+    taken = []
+    for own in ids:
+        download = policy(settings, pieces=64, identity=(INFO_HASH, own), fleet_size=6)
+        assert download.stripes == Stripes(pieces=64, run=4, stripes=6)  # one per agent
+        others = frozenset(i for i in ids if i != own)
+        seen = obs(0.05, announced=True, swarm_size=6, pieces=64, fleet_peer_ids=others)
+        decision = download.step(seen, link)
+        assert decision.web_seed == Attach(URL)  # no stagger
+        taken.append(decision.stripe)
+    assert taken == list(range(6))  # the p-th in line takes stripe p: no two the same
+
+
+def test_without_the_whole_fleet_in_sight_the_turns_stay_staggered() -> None:
+    settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE)
+    ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    last = policy(settings, pieces=64, identity=(INFO_HASH, ids[-1]), fleet_size=6)
+    seen = obs(0.05, announced=True, swarm_size=8, pieces=64, fleet_peer_ids=frozenset(ids[:-1]))
+    assert last.turn_at(seen) > START + 0.05  # two agents unseen: its place is an estimate
 
 
 def test_the_agent_ranked_first_goes_first_and_the_next_sees_it() -> None:
@@ -397,10 +435,15 @@ def test_an_origin_error_on_a_stripe_restores_the_priorities() -> None:
     assert download.stripe is None
 
 
-def test_one_stripe_only_when_the_version_has_one_run() -> None:
+def test_a_version_smaller_than_one_request_per_stripe_gets_shorter_runs() -> None:
     download = policy(config(origin_stripes=4, origin_request_bytes=64 * 16 * 1024), pieces=16)
+    assert download.stripes == Stripes(pieces=16, run=4, stripes=4)
+
+
+def test_one_stripe_only_when_the_version_has_one_piece() -> None:
+    download = policy(config(origin_stripes=4), pieces=1)
     assert download.stripes is not None and download.stripes.stripes == 1
-    assert origin_part(download.step(obs(6.0), Link())) == Decision(web_seed=Attach(URL))
+    assert origin_part(download.step(obs(6.0, have=[False]), Link())) == Decision(web_seed=Attach(URL))
 
 
 # --- re-announcing ------------------------------------------------------------------------

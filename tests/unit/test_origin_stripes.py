@@ -28,8 +28,25 @@ def test_runs_of_one_request_are_dealt_round_robin() -> None:
 def test_for_torrent_sizes_runs_to_the_origin_request_and_caps_the_stripes() -> None:
     assert Stripes.for_torrent(256, 256 * 1024, 1024 * 1024, 4) == Stripes(256, 4, 4)
     assert Stripes.for_torrent(256, 4 * 1024 * 1024, 1024 * 1024, 4) == Stripes(256, 1, 4)  # big pieces
-    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 4, 2)  # only two runs
     assert Stripes.for_torrent(1, 256 * 1024, 1024 * 1024, 4).stripes == 1
+    assert Stripes.for_torrent(3, 256 * 1024, 1024 * 1024, 4) == Stripes(3, 1, 3)  # fewer pieces than stripes
+
+
+def test_for_torrent_shortens_the_runs_of_a_small_version_so_that_every_stripe_has_pieces() -> None:
+    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 1, 4)
+    assert Stripes.for_torrent(65, 256 * 1024, 4 * 1024 * 1024, 16) == Stripes(65, 4, 16)  # 16 MiB, 16 agents
+    # 256 MiB: whole requests
+    assert Stripes.for_torrent(1025, 256 * 1024, 4 * 1024 * 1024, 8) == Stripes(1025, 16, 8)
+
+
+@given(pieces=st.integers(1, 5000), piece_kib=st.sampled_from([16, 256, 4096]),
+       request_kib=st.sampled_from([16, 1024, 4096]), stripes=st.integers(1, 2000))
+def test_for_torrent_runs_are_at_most_one_request_and_no_stripe_is_empty(
+        pieces: int, piece_kib: int, request_kib: int, stripes: int) -> None:
+    dealt = Stripes.for_torrent(pieces, piece_kib * 1024, request_kib * 1024, stripes)
+    assert dealt.run <= max(1, request_kib // piece_kib)
+    assert 1 <= dealt.stripes <= min(stripes, pieces)
+    assert all(dealt.mask(s).any() for s in range(dealt.stripes))
 
 
 def test_invalid_stripes_are_refused() -> None:
