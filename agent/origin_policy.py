@@ -411,9 +411,11 @@ class OriginPolicy:
 
     def _whole_fleet_in_sight(self, obs: Observation) -> bool:
         """Whether this download knows every agent's rank (its position is exact): the
-        agents in sight by peer id are the whole swarm, whose size is known."""
-        return (self._salt is not None and not self._backed_off and obs.swarm_size > 0
-                and len(self._known(obs)) + 1 >= obs.swarm_size)
+        agents in sight by peer id are the whole swarm, whose size is known from a version
+        this agent holds (a fresh fleet's trackers count only the agents that announced so
+        far)."""
+        return (self._salt is not None and not self._backed_off and obs.fleet_known
+                and obs.swarm_size > 0 and len(self._known(obs)) + 1 >= obs.swarm_size)
 
     def turn_at(self, obs: Observation) -> float:
         """Monotonic instant from which this download may use the origin ("fallback"), as
