@@ -159,6 +159,8 @@ class _Target:
     applied: HashedFile | None = None
     """The file the delta's apply wrote, with the SHA-256 it computed while writing it, for
     the gate (which then does not hash it again); set only while it is being finished."""
+    apply_s: float | None = None
+    """Seconds the delta's apply took (for the swap's record), once applied."""
 
     @property
     def version(self) -> int:
@@ -544,9 +546,10 @@ class AgentDaemon:
         except DeltaFallback as exc:
             self._fall_back(target, now, exc)
             return
+        target.apply_s = round(self._clock() - call.started_at, 3)
         log_event(log, logging.INFO, "delta_applied", version=target.version,
                   delta_from=target.delta.base if target.delta is not None else None,
-                  apply_s=round(self._clock() - call.started_at, 3))
+                  apply_s=target.apply_s)
         target.applied = applied
         try:
             self._finish(target, status, now)
@@ -726,7 +729,8 @@ class AgentDaemon:
         self._publish_current(target.version, target.manifest)
         self._target = None
         self._last_swap = {"version": target.version, "previous": previous,
-                           "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from}
+                           "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from,
+                           "apply_s": target.apply_s if delta_from is not None else None}
         log_event(log, logging.INFO, "swapped", version=target.version, previous=previous,
                   latency_s=latency, downloaded=downloaded, delta_from=delta_from,
                   pinned=target.announcement.pointer.pinned)

@@ -455,7 +455,7 @@ class Swarm:
                               origin=origin is not None, now=now, rng=self._rng,
                               peer_bytes=0 if previous is None else previous.bytes_from_peers,
                               identity=(info.info_hashes().get_best().to_bytes(), self.peer_id),
-                              fleet_size=self._swarm_size)
+                              fleet_size=self._fleet_size() if origin is not None else 0)
         record = SwarmTorrent(
             key=key,
             handle=handle,
@@ -651,6 +651,17 @@ class Swarm:
 
     # --- the origin policy: observations in, decisions applied ------------------------------
 
+    def _fleet_size(self) -> int:
+        """The fleet's size as the trackers count it for the versions held here (complete
+        torrents), read now: an idle agent's polls do not read them."""
+        size = 0
+        for record in self._torrents.values():
+            if record.complete or record.seeding:
+                with contextlib.suppress(RuntimeError):
+                    st = record.handle.status()
+                    size = max(size, max(st.num_complete, 0) + max(st.num_incomplete, 0))
+        return size
+
     def _poll_torrent(self, record: SwarmTorrent, now: float) -> None:
         st, connections = record.snapshot()
         peers = [p for p in connections if not is_web_seed(p)]
@@ -676,10 +687,10 @@ class Swarm:
             checking=st.state in CHECKING,
             announced=record.announced or bool(peers),
             known_peers=record.named_peers,
-            swarm_size=max(self._swarm_size, size, record.named_peers),
+            swarm_size=max(self._swarm_size, self._swarm_size_now, size, record.named_peers),
             peer_ids=peer_ids,
             fleet_peer_ids=fleet_ids,
-            fleet_known=self._swarm_size > 0,
+            fleet_known=max(self._swarm_size, self._swarm_size_now) > 0,
         )
         decision = record.policy.step(observation, record.link)
         self._apply(record, decision, (now, st, observation))

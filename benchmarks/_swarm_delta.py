@@ -120,6 +120,9 @@ class Round:
     cpu_busy: float
     load_average: list[float]
     """1, 5, 15-minute load averages when the round ended."""
+    apply_s: list[float] = field(default_factory=list)
+    """Per agent that installed by delta, seconds its apply took (sorted): the part of
+    ``seconds`` spent after the delta was in."""
 
     @property
     def max(self) -> float:
@@ -206,6 +209,7 @@ def measure_round(fleet: LocalFleet, builder: FilterBuilder, origin_cap: int,
         peer_bytes=sum(v.bytes_from_peers - before.get(v.name, 0.0) for v in views),
         by_delta=sum(v.swapped_by_delta(published.version) for v in views),
         cpu_busy=busy, load_average=[round(x, 2) for x in os.getloadavg()],
+        apply_s=sorted(s for v in views if (s := v.apply_seconds(published.version)) is not None),
     )
 
 
@@ -243,9 +247,11 @@ def run_delta_fleet(setup: Setup, agents: int, versions: Sequence[tuple[int, Ver
 
 
 def _describe(label: str, r: Round) -> str:
+    applies = (f", apply p50 {float(np.percentile(r.apply_s, 50)):.1f} s max {max(r.apply_s):.1f} s"
+               if r.apply_s else "")
     return (f"{label:9} v{r.version}: p50 {r.p50:6.1f} s, max {r.max:6.1f} s, origin "
             f"{r.origin_bytes / MIB:7.2f} MiB, peers {r.peer_bytes / MIB:8.1f} MiB, by delta {r.by_delta}, "
-            f"CPU {r.cpu_busy:4.0%}, load {r.load_average[0]:.1f}")
+            f"CPU {r.cpu_busy:4.0%}, load {r.load_average[0]:.1f}{applies}")
 
 
 def delta_checks(points: Sequence[DeltaPoint]) -> list[Check]:
@@ -266,6 +272,7 @@ def delta_table_rows(points: Sequence[DeltaPoint]) -> list[list[str]]:
     """Rows for the text and Markdown tables (:data:`DELTA_HEADERS`)."""
     return [[str(p.agents), f"{p.size_bytes / MIB:.0f} MiB", f"{p.delta_bytes / MIB:.2f} MiB",
              f"{p.delta_percent:.2f}%", f"{p.first.max:.1f}", f"{p.delta.p50:.1f}", f"{p.delta.max:.1f}",
+             f"{max(p.delta.apply_s):.1f}" if p.delta.apply_s else "-",
              f"{p.full.p50:.1f}", f"{p.full.max:.1f}", f"{p.speedup:.1f}×",
              f"{p.origin_over_delta or 0:.2f}×", f"{p.full.origin_bytes / p.size_bytes:.2f}×",
              f"{p.delta.by_delta}/{p.agents}",
@@ -274,6 +281,7 @@ def delta_table_rows(points: Sequence[DeltaPoint]) -> list[list[str]]:
 
 
 DELTA_HEADERS = ["N", "file", "delta", "delta / file", "v1 full max (s)", "delta p50 (s)", "delta max (s)",
+                 "apply max (s)",
                  "full p50 (s)", "full max (s)", "full / delta (max)", "origin / delta",
                  "origin (full) / file", "by delta", "CPU busy (delta / full)", "load 1 min (delta / full)"]
 

@@ -200,6 +200,14 @@ class AgentView:
         last = (self.status or {}).get("last_swap") or {}
         return last.get("version") == version and last.get("delta_from") is not None
 
+    def apply_seconds(self, version: int) -> float | None:
+        """How long the apply of the delta took, when this agent's last swap installed
+        ``version`` by delta (None otherwise)."""
+        last = (self.status or {}).get("last_swap") or {}
+        if last.get("version") == version and last.get("apply_s") is not None:
+            return float(last["apply_s"])
+        return None
+
     def swapped_at(self, version: int) -> float | None:
         """When this agent swapped to ``version`` (its own clock), if its last swap was it."""
         last = (self.status or {}).get("last_swap") or {}

@@ -116,6 +116,7 @@ def test_an_agent_on_v1_gets_v2_by_delta_keeps_it_and_seeds_it(
         status = daemon.status()
         assert status["seeding_deltas"] == ["v2-from-v1"] and status["seeding"] == [1, 2]
         assert status["last_swap"]["delta_from"] == 1
+        assert status["last_swap"]["apply_s"] >= 0.0  # how long the apply took
         assert not any(daemon.layout.staging.iterdir())
         live.refresh()  # readers see a version like any other
         assert live.version == 2 and "new-1" in live
