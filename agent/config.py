@@ -128,7 +128,8 @@ class SwarmConfig:
     requests let agents that use the origin at the same time overlap less."""
     origin_stripes: int = 8
     """Agents that may fetch from the origin at once, each a disjoint stripe of the
-    pieces ("fallback"; see agent/origin_stripes.py). 1: one agent at a time, all pieces."""
+    pieces ("fallback"; see agent/origin_stripes.py); a running fleet larger than this gets
+    one stripe per agent (docs/origin-policy.md). 1: one agent at a time, all pieces."""
     origin_retry_s: float = 10.0
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""

@@ -651,6 +651,12 @@ class Swarm:
 
     # --- the origin policy: observations in, decisions applied ------------------------------
 
+    def fleet_in_sight(self, scope: str | None = None) -> frozenset[bytes]:
+        """Peer ids of the agents connected for the versions of filter ``scope`` (None: the
+        single filter) at the last poll that read them: what a new version's download of
+        that filter counts its place among (docs/origin-policy.md)."""
+        return self._fleet.get(scope, frozenset())
+
     def _fleet_size(self) -> int:
         """The fleet's size as the trackers count it for the versions held here (complete
         torrents), read now: an idle agent's polls do not read them."""

@@ -1,4 +1,5 @@
-"""Origin stripes inside a real libtorrent session (one Swarm, no peers).
+"""Origin stripes inside a real libtorrent session (one Swarm, no peers; two for the fleet
+in sight).
 
 The rules themselves are the pure core's (test_origin_policy*.py, test_origin_stripes.py);
 these tests check what the Swarm does to the torrent: the piece priorities a stripe sets,
@@ -140,3 +141,25 @@ def test_without_stripes_the_priorities_are_never_touched(torrent: bytes, tmp_pa
         assert _priorities(swarm) == [DEFAULT_PRIORITY] * PIECES
     finally:
         swarm.close()
+
+
+def test_a_new_versions_download_sees_the_agents_connected_for_the_version_seeded(
+        torrent: bytes, tmp_path: Path) -> None:
+    """The fleet in sight: peers connected for version 1 (both sides seeds) are counted for
+    version 2 before anyone connects for it, per filter."""
+    config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True)
+    seeder, agent = Swarm(config, clock=Clock()), Swarm(config, clock=Clock())
+    try:
+        seeder.seed(1, torrent, tmp_path / "seed")
+        agent.seed(1, torrent, tmp_path / "seed")
+        agent._torrents[1].handle.connect_peer(("127.0.0.1", seeder.listen_port()))  # no tracker here
+        path = tmp_path / "v2" / "filter.bsf"
+        path.parent.mkdir()
+        path.write_bytes(bytes(PIECES * PIECE))
+        agent.start_download(2, make_torrent(path, piece_size=PIECE, progress=False).data,
+                             tmp_path / "download", _factory(SILENT_ORIGIN))
+        _poll_until(agent, lambda: agent.fleet_in_sight() == {seeder.peer_id}, "the seeder in sight")
+        assert agent.fleet_in_sight("another filter") == frozenset()
+    finally:
+        agent.close()
+        seeder.close()
