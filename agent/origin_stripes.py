@@ -33,6 +33,11 @@ give bitarrays, which are read faster)."""
 Bitfields = Sequence[tuple[bool, Pieces]]
 """Connected peers (web seeds excluded) as ``(is_seed, pieces)``."""
 
+MIN_RUN_BYTES = 1024 * 1024
+"""Shortest run a small version's stripes are dealt in. The web seed fetches about a piece
+beyond its stripe while the stripe's last pieces are in flight, so many short stripes cost
+the origin a large share more (a 14 MiB delta to 16 agents in stripes of 3 pieces: origin
+1.20-1.72x the delta over two runs, against 1.10x in stripes of 16)."""
 TOP_PRIORITY = 7
 """libtorrent's highest piece priority: picked before any other, whatever its rarity."""
 DEFAULT_PRIORITY = 4
@@ -57,8 +62,10 @@ class Stripes:
     def for_torrent(cls, pieces: int, piece_size: int, request_bytes: int, stripes: int) -> Stripes:
         """Runs of one origin request (``request_bytes``, whole pieces, at least one),
         shorter when that leaves fewer runs than ``stripes`` (a small file, a large
-        fleet: every stripe gets pieces); never more stripes than runs."""
-        run = max(1, min(request_bytes // max(piece_size, 1), pieces // max(stripes, 1)))
+        fleet), but not below :data:`MIN_RUN_BYTES`; never more stripes than runs."""
+        request = max(1, request_bytes // max(piece_size, 1))
+        shortest = min(request, max(1, MIN_RUN_BYTES // max(piece_size, 1)))
+        run = max(shortest, min(request, pieces // max(stripes, 1)))
         runs = max(1, -(-pieces // run))
         return cls(pieces, run, max(1, min(stripes, runs)))
 

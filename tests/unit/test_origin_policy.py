@@ -436,8 +436,8 @@ def test_an_origin_error_on_a_stripe_restores_the_priorities() -> None:
 
 
 def test_a_version_smaller_than_one_request_per_stripe_gets_shorter_runs() -> None:
-    download = policy(config(origin_stripes=4, origin_request_bytes=64 * 16 * 1024), pieces=16)
-    assert download.stripes == Stripes(pieces=16, run=4, stripes=4)
+    download = policy(config(origin_stripes=4, origin_request_bytes=256 * PIECE), pieces=256)
+    assert download.stripes == Stripes(pieces=256, run=64, stripes=4)  # runs of 1 MiB, not 4
 
 
 def test_one_stripe_only_when_the_version_has_one_piece() -> None:

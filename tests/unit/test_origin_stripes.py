@@ -29,12 +29,13 @@ def test_for_torrent_sizes_runs_to_the_origin_request_and_caps_the_stripes() -> 
     assert Stripes.for_torrent(256, 256 * 1024, 1024 * 1024, 4) == Stripes(256, 4, 4)
     assert Stripes.for_torrent(256, 4 * 1024 * 1024, 1024 * 1024, 4) == Stripes(256, 1, 4)  # big pieces
     assert Stripes.for_torrent(1, 256 * 1024, 1024 * 1024, 4).stripes == 1
-    assert Stripes.for_torrent(3, 256 * 1024, 1024 * 1024, 4) == Stripes(3, 1, 3)  # fewer pieces than stripes
+    assert Stripes.for_torrent(3, 256 * 1024, 1024 * 1024, 4) == Stripes(3, 4, 1)  # less than one run
 
 
-def test_for_torrent_shortens_the_runs_of_a_small_version_so_that_every_stripe_has_pieces() -> None:
-    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 1, 4)
+def test_for_torrent_shortens_the_runs_of_a_small_version_down_to_one_mib() -> None:
+    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 4, 2)  # only two runs
     assert Stripes.for_torrent(65, 256 * 1024, 4 * 1024 * 1024, 16) == Stripes(65, 4, 16)  # 16 MiB, 16 agents
+    assert Stripes.for_torrent(56, 256 * 1024, 4 * 1024 * 1024, 32) == Stripes(56, 4, 14)  # 14 MiB, 32 agents
     # 256 MiB: whole requests
     assert Stripes.for_torrent(1025, 256 * 1024, 4 * 1024 * 1024, 8) == Stripes(1025, 16, 8)
 
