@@ -396,18 +396,23 @@ class OriginPolicy:
         agents come before it (see rule 2 of the module's docstring)."""
         if self._backed_off:
             return self._rank * (len(obs.peers) + 1)
-        known = self._known(obs)
-        in_sight = max(len(obs.peers), len(known)) + 1
-        swarm = max(obs.swarm_size, in_sight)
         if self._salt is None:
-            return self._rank * (swarm - 1)
+            return self._rank * (max(obs.swarm_size, len(obs.peers) + 1) - 1)
+        # In sight: the agents whose peer id is known. A connection still in its handshake
+        # (no peer id yet) counts with the unseen, ahead with probability ``rank``.
+        known = self._known(obs)
+        in_sight = len(known) + 1
+        swarm = max(obs.swarm_size, len(obs.peers) + 1, in_sight)
         ahead = sum(1 for peer_id in known if self._peer_rank(peer_id) < self._rank)
         return ahead + self._rank * (swarm - in_sight)
 
-    @staticmethod
-    def _known(obs: Observation) -> frozenset[bytes]:
-        """Peer ids of the agents in sight: connected for this version or for another."""
-        return obs.fleet_peer_ids.union(obs.peer_ids) if obs.fleet_peer_ids else frozenset(obs.peer_ids)
+    def _known(self, obs: Observation) -> frozenset[bytes]:
+        """Peer ids of the agents in sight: connected for this version, and with stripes
+        also those connected for another (one agent on the origin at a time, the first
+        in line among those connected goes first, as measured best for small versions)."""
+        if obs.fleet_peer_ids and self._watch is not None and self._watch.stripes.stripes > 1:
+            return obs.fleet_peer_ids.union(obs.peer_ids)
+        return frozenset(obs.peer_ids)
 
     def _whole_fleet_in_sight(self, obs: Observation) -> bool:
         """Whether this download knows every agent's rank (its position is exact): the

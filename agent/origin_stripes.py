@@ -62,11 +62,12 @@ class Stripes:
     def for_torrent(cls, pieces: int, piece_size: int, request_bytes: int, stripes: int) -> Stripes:
         """Runs of one origin request (``request_bytes``, whole pieces, at least one),
         shorter when that leaves fewer runs than ``stripes`` (a small file, a large
-        fleet), but not below :data:`MIN_RUN_BYTES`; never more stripes than runs."""
+        fleet), but not below :data:`MIN_RUN_BYTES`; never more stripes than whole runs
+        (a 1 MiB file and its 4 KiB header: one stripe, not a second for its last piece)."""
         request = max(1, request_bytes // max(piece_size, 1))
         shortest = min(request, max(1, MIN_RUN_BYTES // max(piece_size, 1)))
         run = max(shortest, min(request, pieces // max(stripes, 1)))
-        runs = max(1, -(-pieces // run))
+        runs = max(1, pieces // run)  # a last, shorter run is no stripe of its own
         return cls(pieces, run, max(1, min(stripes, runs)))
 
     def stripe_of(self, piece: int) -> int:

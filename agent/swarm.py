@@ -693,10 +693,10 @@ class Swarm:
             checking=st.state in CHECKING,
             announced=record.announced or bool(peers),
             known_peers=record.named_peers,
-            swarm_size=max(self._swarm_size, self._swarm_size_now, size, record.named_peers),
+            swarm_size=max(self._swarm_size, size, record.named_peers),
             peer_ids=peer_ids,
             fleet_peer_ids=fleet_ids,
-            fleet_known=max(self._swarm_size, self._swarm_size_now) > 0,
+            fleet_known=self._swarm_size > 0,
         )
         decision = record.policy.step(observation, record.link)
         self._apply(record, decision, (now, st, observation))

@@ -195,14 +195,18 @@ def test_peers_ranked_ahead_each_add_a_stagger() -> None:
 def test_the_agents_seen_for_other_versions_count_before_they_connect_for_this_one() -> None:
     ahead = _ids_ranked(2, below=OWN_RANK)
     behind = _ids_ranked(3, below=OWN_RANK, above=True)
-    download = policy(config(), identity=(INFO_HASH, OWN_ID))
+    striped = config(origin_stripes=4, origin_request_bytes=4 * PIECE)
+    download = policy(striped, pieces=64, identity=(INFO_HASH, OWN_ID))
     # Nobody connected for this version yet; all five are connected for the one seeded.
-    seen = obs(0.1, announced=True, swarm_size=6, fleet_peer_ids=frozenset(ahead + behind))
+    seen = obs(0.1, announced=True, swarm_size=6, pieces=64, fleet_peer_ids=frozenset(ahead + behind))
     assert download.position(seen) == 2.0  # exactly
     # Connected for both: counted once.
     both = obs(0.1, announced=True, known_peers=1, peers=[(False, [])], peer_ids=ahead[:1], swarm_size=6,
-               fleet_peer_ids=frozenset(ahead + behind))
+               pieces=64, fleet_peer_ids=frozenset(ahead + behind))
     assert download.position(both) == 2.0
+    # Without stripes (one agent on the origin at a time) only the connected peers count.
+    single = policy(config(), identity=(INFO_HASH, OWN_ID))
+    assert single.position(seen) == pytest.approx(OWN_RANK * 5)
 
 
 def test_with_the_whole_fleet_in_sight_each_agent_takes_its_own_stripe_at_once() -> None:

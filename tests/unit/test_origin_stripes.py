@@ -33,7 +33,9 @@ def test_for_torrent_sizes_runs_to_the_origin_request_and_caps_the_stripes() -> 
 
 
 def test_for_torrent_shortens_the_runs_of_a_small_version_down_to_one_mib() -> None:
-    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 4, 2)  # only two runs
+    assert Stripes.for_torrent(6, 256 * 1024, 1024 * 1024, 4) == Stripes(6, 4, 1)  # one whole run
+    assert Stripes.for_torrent(9, 256 * 1024, 1024 * 1024, 4) == Stripes(9, 4, 2)  # two
+    assert Stripes.for_torrent(5, 256 * 1024, 4 * 1024 * 1024, 8) == Stripes(5, 4, 1)  # 1 MiB + header
     assert Stripes.for_torrent(65, 256 * 1024, 4 * 1024 * 1024, 16) == Stripes(65, 4, 16)  # 16 MiB, 16 agents
     assert Stripes.for_torrent(56, 256 * 1024, 4 * 1024 * 1024, 32) == Stripes(56, 4, 14)  # 14 MiB, 32 agents
     # 256 MiB: whole requests
