@@ -407,9 +407,9 @@ class OriginPolicy:
         return ahead + self._rank * (swarm - in_sight)
 
     def _known(self, obs: Observation) -> frozenset[bytes]:
-        """Peer ids of the agents in sight: connected for this version, and with stripes
-        also those connected for another (one agent on the origin at a time, the first
-        in line among those connected goes first, as measured best for small versions)."""
+        """Peer ids of the agents in sight: connected for this version and, for a striped
+        download, also those connected for the versions seeded (a download without
+        stripes, one agent on the origin at a time, keeps to its connected peers)."""
         if obs.fleet_peer_ids and self._watch is not None and self._watch.stripes.stripes > 1:
             return obs.fleet_peer_ids.union(obs.peer_ids)
         return frozenset(obs.peer_ids)
