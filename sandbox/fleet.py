@@ -195,25 +195,25 @@ class AgentView:
     def bytes_from_origin(self) -> float:
         return self.metric("bytes_from_origin_total")
 
+    def _swap_to(self, version: int) -> dict[str, Any]:
+        """This agent's last swap when it installed ``version``, else {}."""
+        last = (self.status or {}).get("last_swap") or {}
+        return last if last.get("version") == version else {}
+
     def swapped_by_delta(self, version: int) -> bool:
         """Whether this agent's last swap installed ``version`` by applying a delta."""
-        last = (self.status or {}).get("last_swap") or {}
-        return last.get("version") == version and last.get("delta_from") is not None
+        return self._swap_to(version).get("delta_from") is not None
 
     def apply_seconds(self, version: int) -> float | None:
         """How long the apply of the delta took, when this agent's last swap installed
         ``version`` by delta (None otherwise)."""
-        last = (self.status or {}).get("last_swap") or {}
-        if last.get("version") == version and last.get("apply_s") is not None:
-            return float(last["apply_s"])
-        return None
+        seconds = self._swap_to(version).get("apply_s")
+        return None if seconds is None else float(seconds)
 
     def swapped_at(self, version: int) -> float | None:
         """When this agent swapped to ``version`` (its own clock), if its last swap was it."""
-        last = (self.status or {}).get("last_swap") or {}
-        if last.get("version") == version and last.get("at") is not None:
-            return float(last["at"])
-        return None
+        at = self._swap_to(version).get("at")
+        return None if at is None else float(at)
 
 
 class LocalFleet(Service):
