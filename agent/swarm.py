@@ -664,8 +664,7 @@ class Swarm:
         for record in self._torrents.values():
             if record.complete or record.seeding:
                 with contextlib.suppress(RuntimeError):
-                    st = record.handle.status()
-                    size = max(size, max(st.num_complete, 0) + max(st.num_incomplete, 0))
+                    size = max(size, _tracker_count(record.handle.status()))
         return size
 
     def _poll_torrent(self, record: SwarmTorrent, now: float) -> None:
@@ -673,14 +672,14 @@ class Swarm:
         peers = [p for p in connections if not is_web_seed(p)]
         # The swarm's size as the trackers see it (complete + incomplete); a complete
         # torrent's tells the fleet's size to the downloads of newer versions.
-        size = max(st.num_complete, 0) + max(st.num_incomplete, 0)
+        size = _tracker_count(st)
         if st.is_seeding:
             self._swarm_size_now = max(self._swarm_size_now, size)
         # A connection still in its handshake has no peer id yet (all zeros).
         peer_ids = [pid for pid in (p.pid.to_bytes() for p in peers) if any(pid)]
         scope = key_scope(record.key)
         fleet = self._fleet_now.setdefault(scope, set())
-        fleet_ids = frozenset(fleet)
+        fleet_ids = frozenset() if st.is_seeding else frozenset(fleet)  # a seed's policy is done
         fleet.update(peer_ids)
         observation = Observation(
             now=now,
@@ -780,6 +779,12 @@ ssbzSibBsu/6iGtCOGEoXJf//////////wIBAg==
 """
 """RFC 7919's ffdhe2048 group (``openssl genpkey -genparam -algorithm DH -pkeyopt
 dh_param:ffdhe2048``): public, standard parameters, nothing secret."""
+
+
+def _tracker_count(st: lt.torrent_status) -> int:
+    """The swarm's size as the trackers last counted it for a torrent: complete +
+    incomplete (0 when none answered)."""
+    return max(st.num_complete, 0) + max(st.num_incomplete, 0)
 
 
 def _new_peer_id(rng: random.Random) -> bytes:
