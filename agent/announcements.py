@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key_of
+from bloomswarm.common.bucket_layout import INDEX_KEY, LATEST_KEY, signature_key_of
 from bloomswarm.common.errors import (
     FormatError,
     HTTPStatusError,
@@ -285,13 +285,18 @@ class PresignedStore(Protocol):
     def presigned_get_url(self, key: str, expires_s: int) -> str: ...
 
 
-class PresignedPollReader:
-    """A :class:`DocumentReader` over an S3 store that polls ``latest.json`` cheaply.
+POLLED_KEYS = frozenset({LATEST_KEY, INDEX_KEY})
+"""The documents an agent polls (one of them, every few seconds): read on presigned URLs."""
 
-    ``latest.json`` is read with a conditional GET on a presigned URL (signed locally,
-    re-signed once half of ``expiry_s`` has passed) over urllib: a poll then costs the
-    agent a fraction of a botocore request's CPU, and an idle agent polls every few
-    seconds. An answer of 403 (a URL the store no longer accepts: clock skew, rotated
+
+class PresignedPollReader:
+    """A :class:`DocumentReader` over an S3 store that polls cheaply.
+
+    The polled documents (:data:`POLLED_KEYS`: ``latest.json``, and ``index.json`` of an
+    agent of many filters) are read with a conditional GET on a presigned URL (signed
+    locally, re-signed once half of ``expiry_s`` has passed) over urllib: a poll then
+    costs the agent a fraction of a botocore request's CPU, and an idle agent polls every
+    few seconds. An answer of 403 (a URL the store no longer accepts: clock skew, rotated
     credentials) drops the URL and reads the object through the store once. Every other
     document (manifest, signature, torrent: once per version) is read through the store.
     Errors name the key, never the signed URL.
@@ -303,22 +308,24 @@ class PresignedPollReader:
         self._expiry_s = expiry_s
         self._timeout_s = timeout_s
         self._clock = clock
-        self._url: tuple[str, float] | None = None
-        """The presigned URL of latest.json and when to sign a new one."""
+        self._urls: dict[str, tuple[str, float]] = {}
+        """Each polled key's presigned URL and when to sign a new one."""
 
     def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
         """See :class:`DocumentReader`."""
-        if key != LATEST_KEY:
+        if key not in POLLED_KEYS:
             return self._store.get(key, if_none_match=if_none_match)
         now = self._clock()
-        if self._url is None or now >= self._url[1]:
-            self._url = (self._store.presigned_get_url(key, self._expiry_s), now + self._expiry_s / 2)
+        signed = self._urls.get(key)
+        if signed is None or now >= signed[1]:
+            signed = self._urls[key] = (self._store.presigned_get_url(key, self._expiry_s),
+                                        now + self._expiry_s / 2)
         try:
-            return http_get(self._url[0], key, if_none_match=if_none_match, timeout_s=self._timeout_s)
+            return http_get(signed[0], key, if_none_match=if_none_match, timeout_s=self._timeout_s)
         except HTTPStatusError as exc:
             if exc.status != 403:
                 raise
-            self._url = None
+            del self._urls[key]
             return self._store.get(key, if_none_match=if_none_match)
 
 
@@ -334,6 +341,7 @@ class HttpAnnouncements(ObjectStoreAnnouncements):
 
 __all__ = [
     "MAX_DOCUMENT_SIZE",
+    "POLLED_KEYS",
     "Announcement",
     "AnnouncementSource",
     "DocumentReader",

@@ -688,7 +688,7 @@ class AgentDaemon:
             else:
                 self._remove_transfer(delta.key)
         remove_tree(staging)  # nothing reads it any more
-        self._collect()
+        self._collect(leftovers=False)  # retention: a crash's leftovers went at the start
 
     def _keep_delta(self, plan: DeltaPlan) -> bool:
         """Keep the applied delta beside its installed version, to seed it; a failure is
@@ -829,10 +829,10 @@ class AgentDaemon:
             # Not fsynced: a transfer ignores resume data it cannot use.
             write_atomically(path, [data], mode=0o644, durable=False)
 
-    def _collect(self) -> None:
+    def _collect(self, *, leftovers: bool = True) -> None:
         downloading = self._target.version if self._target is not None else None
         collected = collect_garbage(self.data_dir, self.config.install.keep_versions,
-                                    self._stop_version, downloading=downloading)
+                                    self._stop_version, downloading=downloading, leftovers=leftovers)
         if collected.versions or collected.leftovers:
             self._disk_changed = True
             log_event(log, logging.INFO, "garbage_collected",
@@ -1029,13 +1029,14 @@ class AgentDaemon:
         return self._target.version if self._target is not None else None
 
 
-def wait_for_next_tick(stop: threading.Event, transfer: Transfer, *, busy: bool, until_due_s: float) -> None:
+def wait_for_next_tick(stop: threading.Event, transfer: Transfer, *, busy: bool, until_due_s: float,
+                       min_tick_s: float = MIN_TICK_S) -> None:
     """Wait before a loop's next iteration: while ``busy``, until the transfer's news (a
-    download finished: swap now), at most TICK_S and at least MIN_TICK_S; idle, until the
-    next poll is due (``until_due_s``), at most IDLE_TICK_S. ``stop`` cuts either short."""
+    download finished: swap now), at most TICK_S and at least ``min_tick_s``; idle, until
+    the next poll is due (``until_due_s``), at most IDLE_TICK_S. ``stop`` cuts either short."""
     if busy:
         transfer.wait(TICK_S)
-        stop.wait(MIN_TICK_S)
+        stop.wait(min_tick_s)
     else:
         stop.wait(min(IDLE_TICK_S, max(until_due_s, 0.0)))
 

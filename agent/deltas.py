@@ -169,6 +169,8 @@ def plan_delta(
     DeltaFallback("missing") when the torrent cannot be fetched, ("delta_hash") at once
     when it is not the one the manifest signs for.
     """
+    if not manifest.deltas:  # nothing to choose from: the data directory is not listed
+        return None
     entry = choose_delta(manifest, installed_versions(layout.root), layout.current_version())
     if entry is None:
         return None

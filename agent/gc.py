@@ -61,13 +61,17 @@ def collect_garbage(
     stop_seeding: Callable[[int], None],
     *,
     downloading: int | None = None,
+    leftovers: bool = True,
 ) -> Collected:
-    """Apply retention to ``versions/`` and clean ``staging/``.
+    """Apply retention to ``versions/`` and (with ``leftovers``) clean ``staging/``.
 
     ``stop_seeding(version)`` is called before a version's files are deleted.
     ``downloading`` is the version whose staging directory is in use. The version
     ``current`` points at is never removed: the link is read again right before each
-    deletion.
+    deletion. Without ``leftovers`` only retention is applied: a crash's leftovers
+    (incomplete version directories, a flip's temporary link, staging entries) are not
+    looked for, which an agent does once it has started and after a rollback, not after
+    each install (the failures it survives delete what they leave).
     """
     if keep < 1:
         raise ValueError(f"keep must be at least 1, got {keep}")
@@ -82,6 +86,14 @@ def collect_garbage(
         stop_seeding(version)
         remove_tree(layout.version_dir(version))
         result.versions.append(version)
+    if leftovers:
+        _collect_leftovers(layout, current, downloading, result)
+    return result
+
+
+def _collect_leftovers(layout: DataDir, current: int | None, downloading: int | None,
+                       result: Collected) -> None:
+    data_dir = layout.root
     if layout.versions.is_dir():
         current_dir = layout.version_dir(current) if current is not None else None
         for entry in sorted(layout.versions.iterdir()):
@@ -101,7 +113,6 @@ def collect_garbage(
             else:
                 entry.unlink(missing_ok=True)
             result.leftovers.append(str(entry.relative_to(data_dir)))
-    return result
 
 
 __all__ = ["Collected", "collect_garbage", "installed_versions", "versions_to_keep"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from bloomswarm.common.atomic_file import fsync_directory, write_atomically, write_new_file
 from bloomswarm.common.datadir import DataDir
+from bloomswarm.common.dir_spread import spread_subdirectories
 from bloomswarm.common.errors import DownloadRefused, FormatError
 
 READ_ONLY = 0o444
@@ -34,11 +35,15 @@ def prepare_data_dir(data_dir: Path) -> None:
     New directories get explicit modes that the umask can only narrow, never widen:
     ``data_dir`` and ``versions/`` 0755 (applications read them), ``staging/`` 0700 (only
     the agent looks at unverified downloads). Existing directories keep their modes.
+    ``versions/`` and ``staging/`` spread their subdirectories over the file system
+    (:func:`~bloomswarm.common.dir_spread.spread_subdirectories`, best effort).
     """
     layout = DataDir(data_dir)
     data_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     layout.versions.mkdir(mode=0o755, exist_ok=True)
     layout.staging.mkdir(mode=0o700, exist_ok=True)
+    spread_subdirectories(layout.versions)
+    spread_subdirectories(layout.staging)
 
 
 def check_capacity(

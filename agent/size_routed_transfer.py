@@ -46,6 +46,9 @@ class SizeRoutedTransfer:
         self.direct = direct
         self.max_direct = max_direct
         self._routes: dict[TransferKey, Transfer] = {}
+        self._direct_under_way: set[TransferKey] = set()
+        """Direct downloads not seen finished yet: :meth:`wait` looks at these alone, not
+        at every file the direct transfer holds (an agent of many filters holds hundreds)."""
 
     def route(self, key: TransferKey, torrent: bytes) -> Transfer:
         """The transfer ``key`` goes to: the direct one for a filter file (not a delta) whose
@@ -78,6 +81,8 @@ class SizeRoutedTransfer:
         only) goes to the swarm, where peers are."""
         transfer = self._routed(key, torrent, has_origin=origin is not None)
         transfer.start_download(key, torrent, save_dir, origin, resume_data=resume_data)
+        if transfer is self.direct:
+            self._direct_under_way.add(key)
 
     def seed(self, key: TransferKey, torrent: bytes, file_dir: Path) -> None:
         """See :meth:`Transfer.seed` (a small file is only recorded, not served)."""
@@ -91,6 +96,7 @@ class SizeRoutedTransfer:
     def remove(self, key: TransferKey) -> None:
         """See :meth:`Transfer.remove`."""
         transfer = self._routes.pop(key, None)
+        self._direct_under_way.discard(key)
         if transfer is not None:
             transfer.remove(key)
 
@@ -111,11 +117,18 @@ class SizeRoutedTransfer:
     def wait(self, timeout: float) -> None:
         """Wait for news of either transfer (a direct download's news within
         :data:`DIRECT_WAIT_S` while one runs)."""
-        if any(not s.finished for k in self.direct.versions() if (s := self.direct.status(k)) is not None):
+        if self._direct_downloading():
             self.direct.wait(min(timeout, DIRECT_WAIT_S))
             self.swarm.wait(0.0)
         else:
             self.swarm.wait(timeout)
+
+    def _direct_downloading(self) -> bool:
+        """Whether a direct download is under way (the finished ones are forgotten here)."""
+        finished = {k for k in self._direct_under_way
+                    if (s := self.direct.status(k)) is None or s.finished}
+        self._direct_under_way -= finished
+        return bool(self._direct_under_way)
 
     def save_resume_data(
         self, timeout: float = 10.0, keys: Collection[TransferKey] | None = None
@@ -126,11 +139,14 @@ class SizeRoutedTransfer:
         download that takes a fraction of a second)."""
         if keys is not None:
             keys = [k for k in keys if self._routes.get(k) is not self.direct]
+            if not keys:  # only files fetched directly: the swarm is not bothered
+                return {}
         return self.swarm.save_resume_data(timeout, keys)
 
     def close(self) -> None:
         """Close both transfers."""
         self._routes.clear()
+        self._direct_under_way.clear()
         self.direct.close()
         self.swarm.close()
 

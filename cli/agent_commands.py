@@ -158,13 +158,17 @@ def run_agent(args: argparse.Namespace) -> int:
     from bloomswarm.agent.install import prepare_data_dir
     from bloomswarm.agent.logfmt import log_event
     from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+    from bloomswarm.common.datadir import FILTERS_DIR
+    from bloomswarm.common.dir_spread import spread_subdirectories
     from bloomswarm.common.signing import load_public_keys
 
     config = load_agent_config(args)
     keys = load_public_keys(config.public_keys)
     try:  # an unusable data directory fails before anything starts
-        if config.filters:  # each filter's daemon prepares its own folder under it
-            config.data_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if config.filters:  # each filter's daemon prepares its own folder under filters/
+            filters_dir = config.data_dir / FILTERS_DIR
+            filters_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            spread_subdirectories(filters_dir)
         else:
             prepare_data_dir(config.data_dir)
     except OSError as exc:

@@ -77,16 +77,18 @@ class FilterSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {name: getattr(self, name) for name in _SUMMARY_FIELDS}
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> FilterSummary:
         """Parse the JSON object form strictly; FormatError on any fault."""
         r = Fields(obj, "manifest filter")
-        values = {f.name: r.value(f.name) for f in fields(cls)}
+        values = {name: r.value(name) for name in _SUMMARY_FIELDS}
         unknown = sorted(r.rest())
         require(not unknown, f"manifest filter: unknown fields {unknown!r:.100}")
         return cls(**values)
 
+
+_SUMMARY_FIELDS = tuple(f.name for f in fields(FilterSummary))
 
 __all__ = ["HASH_NAME", "FilterSummary"]

@@ -80,7 +80,7 @@ class DeltaEntry:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form; no ``info_hash_v2`` for a v1 torrent."""
-        obj = {f.name: getattr(self, f.name) for f in fields(self)}
+        obj = {name: getattr(self, name) for name in _DELTA_FIELDS}
         if obj["info_hash_v2"] is None:
             del obj["info_hash_v2"]
         return obj
@@ -92,9 +92,9 @@ class DeltaEntry:
         if "info_hash_v2" in obj and obj["info_hash_v2"] is None:  # null is not "absent"
             check_hex(None, 64, "delta info_hash_v2")
         values = {
-            f.name: r.value(f.name)
-            for f in fields(cls)
-            if f.name != "info_hash_v2" or "info_hash_v2" in obj
+            name: r.value(name)
+            for name in _DELTA_FIELDS
+            if name != "info_hash_v2" or "info_hash_v2" in obj
         }
         unknown = sorted(r.rest())
         require(not unknown, f"manifest delta: unknown fields {unknown!r:.100}")
@@ -201,7 +201,7 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, ``extra`` merged in; no ``info_hash_v2`` for a v1 torrent."""
-        obj = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        obj = {name: getattr(self, name) for name in _MANIFEST_FIELDS}
         for optional in ("info_hash_v2", "swarm_ca_sha256"):
             if obj[optional] is None:
                 del obj[optional]
@@ -281,7 +281,9 @@ class Manifest:
         return problems
 
 
-_MANIFEST_FIELDS = {f.name for f in fields(Manifest) if f.name != "extra"}
+_MANIFEST_FIELDS = tuple(f.name for f in fields(Manifest) if f.name != "extra")
+"""The manifest's fields in their order (``extra`` aside)."""
+_DELTA_FIELDS = tuple(f.name for f in fields(DeltaEntry))
 
 
 def sign_manifest(manifest: Manifest, signing_key: SigningKey) -> tuple[bytes, bytes]:

@@ -72,7 +72,7 @@ class Pointer:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object form, ``extra`` merged in."""
-        obj = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        obj = {name: getattr(self, name) for name in _POINTER_FIELDS}
         obj.update(self.extra)
         return obj
 
@@ -102,7 +102,7 @@ class Pointer:
         )
 
 
-_POINTER_FIELDS = {f.name for f in fields(Pointer) if f.name != "extra"}
+_POINTER_FIELDS = tuple(f.name for f in fields(Pointer) if f.name != "extra")
 
 
 def seal_pointer(pointer: Pointer, signing_key: SigningKey) -> bytes:

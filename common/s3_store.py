@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import datetime as dt
 import io
 import time
 import urllib.parse
@@ -36,6 +37,7 @@ from .object_store import (
     read_parts,
     write_file_atomically,
 )
+from .presign import Credentials, PresignTemplate, is_plain_key, presign_get
 from .s3_config import S3Config
 
 if TYPE_CHECKING:
@@ -104,6 +106,16 @@ def _is_transient(err: StorageError) -> bool:
 
 
 
+def utc_now() -> dt.datetime:
+    """The time URLs are signed at (aware, UTC)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+PRESIGN_LESSONS = 3
+"""botocore-presigned URLs a store tries to learn its URLs' form from (a refresh of the
+credentials between botocore's signature and the check spoils one lesson)."""
+
+
 class S3ObjectStore:
     """:class:`ObjectStore` over boto3, for AWS S3 and S3-compatible stores.
 
@@ -128,8 +140,13 @@ class S3ObjectStore:
                 "when_supported" if config.checksum_sha256 else "when_required"
             ),
         )
+        self._presign_template: PresignTemplate | None = None
+        """How this store's presigned URLs look, learned from botocore's first one
+        (:mod:`.presign`): later ones are signed without botocore."""
+        self._presign_lessons = 0
         try:
             session = boto3.session.Session(profile_name=config.profile)
+            self._credentials = session.get_credentials()
             self._client: S3Client = session.client(
                 "s3",
                 endpoint_url=config.endpoint_url,
@@ -349,14 +366,34 @@ class S3ObjectStore:
         return info
 
     def presigned_get_url(self, key: str, expires_s: int) -> str:
-        """See :meth:`ObjectStore.presigned_get_url`. Signed locally; no request is made."""
+        """See :meth:`ObjectStore.presigned_get_url`. Signed locally; no request is made.
+
+        The first URLs are botocore's; once one has taught this store the form of its URLs
+        (:meth:`~.presign.PresignTemplate.learn`, at most :data:`PRESIGN_LESSONS` tries),
+        plain keys are signed by :func:`~.presign.presign_get`, to the same URL."""
         check_expiry(expires_s)
+        full = self._full(key)
+        template, credentials = self._presign_template, self._frozen_credentials()
+        if template is not None and credentials is not None and is_plain_key(full):
+            return presign_get(template, full, expires_s, credentials, utc_now())
         with self._translated(key):
-            return self._client.generate_presigned_url(
-                "get_object",
-                Params={"Bucket": self.config.bucket, "Key": self._full(key)},
-                ExpiresIn=expires_s,
+            url = self._client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.config.bucket, "Key": full}, ExpiresIn=expires_s,
             )
+        if template is None and credentials is not None and self._presign_lessons < PRESIGN_LESSONS:
+            self._presign_lessons += 1
+            self._presign_template = PresignTemplate.learn(url, full, credentials)
+        return url
+
+    def _frozen_credentials(self) -> Credentials | None:
+        """The credentials botocore signs with now (refreshed when they expire); None when
+        there are none (botocore then refuses, or signs nothing, as it does)."""
+        if self._credentials is None:
+            return None
+        frozen = self._credentials.get_frozen_credentials()
+        if frozen.access_key is None or frozen.secret_key is None:
+            return None
+        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
 
     def list_multipart_uploads(self, prefix: str = "") -> builtins.list[PendingUpload]:
         """See :meth:`ObjectStore.list_multipart_uploads`."""

@@ -86,3 +86,16 @@ def test_removes_a_flip_interrupted_by_a_crash(data_dir: Path) -> None:
     assert not (data_dir / ".current.tmp-99999").is_symlink()
     assert collected.leftovers == [".current.tmp-99999"]
     assert (data_dir / "current" / "filter.bsf").read_bytes() == b"v1"
+
+
+def test_retention_alone_leaves_leftovers_for_the_next_full_collection(data_dir: Path) -> None:
+    for version in (1, 2, 3):
+        _install(data_dir, version)
+    activate(data_dir, 3)
+    DataDir(data_dir).staging_dir(9).mkdir()
+    (data_dir / ".current.tmp-99999").symlink_to("versions/v3")
+    collected = collect_garbage(data_dir, 2, lambda _v: None, leftovers=False)
+    assert collected.versions == [1] and collected.leftovers == []
+    assert DataDir(data_dir).staging_dir(9).is_dir() and (data_dir / ".current.tmp-99999").is_symlink()
+    later = collect_garbage(data_dir, 2, lambda _v: None)
+    assert sorted(later.leftovers) == [".current.tmp-99999", "staging/v9"]

@@ -1,4 +1,5 @@
-"""PresignedPollReader: latest.json by a conditional GET on a presigned URL, the rest via the store."""
+"""PresignedPollReader: latest.json and index.json by a conditional GET on a presigned URL each,
+the rest via the store."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from bloomswarm.agent.announcements import PresignedPollReader
-from bloomswarm.common.bucket_layout import LATEST_KEY
+from bloomswarm.common.bucket_layout import INDEX_KEY, LATEST_KEY
 from bloomswarm.common.errors import ObjectNotFound, StorageError
 from bloomswarm.common.storage import StoredObject
 
@@ -81,6 +82,16 @@ def test_latest_is_polled_on_one_presigned_url_until_half_its_lifetime(server: _
     reader.get(LATEST_KEY)
     assert store.signed == [LATEST_KEY, LATEST_KEY]
     assert [p.split("=")[-1] for p in server.paths] == ["secret1", "secret1", "secret1", "secret2"]
+
+
+def test_the_index_is_polled_on_its_own_presigned_url(server: _Server) -> None:
+    store = _Store(server.base)
+    reader = PresignedPollReader(store)
+    assert reader.get(INDEX_KEY) == StoredObject(data=b"pointer", etag="e1")
+    assert reader.get(INDEX_KEY, if_none_match="e1") is None  # 304
+    reader.get(LATEST_KEY)
+    assert store.signed == [INDEX_KEY, LATEST_KEY] and store.gets == []
+    assert [p.split("?")[0] for p in server.paths] == [f"/{INDEX_KEY}"] * 2 + [f"/{LATEST_KEY}"]
 
 
 def test_other_documents_go_through_the_store(server: _Server) -> None:

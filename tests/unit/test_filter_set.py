@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from bloomswarm.agent.config import AgentConfig
-from bloomswarm.agent.daemon import OBSERVE_S, AgentDaemon
+from bloomswarm.agent.daemon import MIN_TICK_S, OBSERVE_S, TICK_S, AgentDaemon
 from bloomswarm.agent.filter_config import FilterConfig
 from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
-from bloomswarm.agent.filter_set import OBSERVES_PER_S, FilterSet, observe_interval
+from bloomswarm.agent.filter_set import OBSERVES_PER_S, FilterSet, min_tick, observe_interval
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.origin import Origin
@@ -336,6 +336,13 @@ def test_many_filters_spread_their_periodic_status_refreshes() -> None:
     assert observe_interval(1) == observe_interval(int(OBSERVE_S * OBSERVES_PER_S)) == OBSERVE_S
     assert observe_interval(1000) == pytest.approx(1000 / OBSERVES_PER_S)
     assert all(observe_interval(n) <= observe_interval(n + 1) for n in range(2000))
+
+
+def test_the_loop_ticks_less_often_the_more_filters_fetch() -> None:
+    assert min_tick(0) == min_tick(1) == MIN_TICK_S
+    assert min_tick(100) == pytest.approx(0.1)
+    assert min_tick(10_000) == TICK_S
+    assert all(min_tick(n) <= min_tick(n + 1) for n in range(1000))
 
 
 def test_each_daemon_refreshes_at_the_interval_its_number_of_filters_gives(

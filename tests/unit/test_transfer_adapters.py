@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.scoped_transfer import ScopedTransfer
-from bloomswarm.agent.size_routed_transfer import SizeRoutedTransfer
+from bloomswarm.agent.size_routed_transfer import DIRECT_WAIT_S, SizeRoutedTransfer
 from bloomswarm.agent.transfer import (
     DeltaKey,
     ScopedKey,
     Transfer,
     TransferKey,
+    TransferStatus,
     key_base,
     key_label,
     key_order,
@@ -163,3 +164,39 @@ def test_small_files_fetched_directly_keep_no_resume_data(
     assert set(routed.save_resume_data()) == {2}
     assert set(routed.save_resume_data(keys=[1, 2])) == {2}
     assert routed.save_resume_data(keys=[1]) == {}
+
+
+class _Recording(MemoryTransfer):
+    """A MemoryTransfer that records the timeouts it is waited with and the keys asked for."""
+
+    def __init__(self, origin: MemoryOrigin) -> None:
+        super().__init__(origin)
+        self.waits: list[float] = []
+        self.asked: list[TransferKey] = []
+
+    def wait(self, timeout: float) -> None:
+        self.waits.append(timeout)
+
+    def status(self, key: TransferKey) -> TransferStatus | None:
+        self.asked.append(key)
+        return super().status(key)
+
+
+def test_wait_waits_on_the_direct_transfer_only_while_one_of_its_downloads_is_under_way(
+    store: MemoryObjectStore, origin: MemoryOrigin, tmp_path: Path
+) -> None:
+    small = publish(store, ["s"], capacity=100)
+    torrent = _torrent(store, small)
+    swarm, direct = _Recording(origin), _Recording(origin)
+    routed = SizeRoutedTransfer(swarm, direct, max_direct=small.size)
+    for seeded in (11, 12, 13):  # files held, not downloading: never looked at by wait
+        routed.seed(seeded, torrent, tmp_path / str(seeded))
+    routed.start_download(1, torrent, tmp_path / "1", origin.url_factory(small.filter_key))
+    routed.wait(5.0)
+    assert direct.waits == [DIRECT_WAIT_S] and swarm.waits == [0.0]
+    assert direct.asked == [1]
+    routed.poll()  # the download finishes
+    routed.wait(5.0)
+    routed.wait(5.0)
+    assert direct.waits == [DIRECT_WAIT_S] and swarm.waits == [0.0, 5.0, 5.0]
+    assert direct.asked == [1, 1]  # once to see it finished, then forgotten
