@@ -210,9 +210,12 @@ class AgentDaemon:
         background_polls: bool = False,
         poll_pool: WorkerPool | None = None,
         peer_access: PeerAccess | None = None,
+        name: str | None = None,
     ) -> None:
         self.config = config
         self.peer_access = peer_access
+        self.name = name
+        """The filter's name, in each of its log lines (None: an agent of one filter)."""
         self.data_dir = Path(config.data_dir)
         self.layout = DataDir(self.data_dir)
         self.source = source
@@ -250,6 +253,9 @@ class AgentDaemon:
         self._disk_changed = True
         """The daemon changed the data directory (a swap, a collection) since /status read it."""
 
+    def _log_event(self, level: int, event: str, **fields: object) -> None:
+        log_event(log, level, event, filter=self.name, **fields)
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -272,7 +278,7 @@ class AgentDaemon:
         for version in installed_versions(self.data_dir):
             torrent = read_if_present(self.layout.torrent_file(version))
             if torrent is None:
-                log_event(log, logging.WARNING, "not_seeding", version=version,
+                self._log_event(logging.WARNING, "not_seeding", version=version,
                           reason="no filter.torrent beside it (not installed by an agent)")
                 continue
             self._seed(version, torrent)
@@ -284,7 +290,7 @@ class AgentDaemon:
         self._target = self._recover_download(current)
         self._collect()
         self._started = True
-        log_event(log, logging.INFO, "started", data_dir=self.data_dir, current=current,
+        self._log_event(logging.INFO, "started", data_dir=self.data_dir, current=current,
                   resuming=self._target.version if self._target else None,
                   last_sequence=self._last_sequence)
         self._refresh_status()
@@ -294,9 +300,9 @@ class AgentDaemon:
         try:
             self._save_resume_data(timeout=5.0)
         except Exception as exc:
-            log_event(log, logging.WARNING, "resume_save_failed", error=exc)
+            self._log_event(logging.WARNING, "resume_save_failed", error=exc)
         self.transfer.close()
-        log_event(log, logging.INFO, "stopped")
+        self._log_event(logging.INFO, "stopped")
 
     def step(self) -> None:
         """One iteration: poll the source when due, drive the download, update metrics
@@ -328,7 +334,8 @@ class AgentDaemon:
                 self._next_observe, self._last_observed = now + self.observe_interval_s, observed
                 self._observe()
         except Exception as exc:  # a bug must not stop the agent serving
-            log.exception("%s", logfmt("internal_error", error=f"{type(exc).__name__}: {exc}"))
+            log.exception("%s", logfmt("internal_error", filter=self.name,
+                                       error=f"{type(exc).__name__}: {exc}"))
             self._error(f"internal error: {exc}")
 
     # -- learning of versions ------------------------------------------------------------
@@ -365,7 +372,7 @@ class AgentDaemon:
         elapsed = self._clock() - pending.started_at
         if elapsed >= SLOW_POLL_S and not self._slow_poll_logged:
             self._slow_poll_logged = True
-            log_event(log, logging.WARNING, "poll_slow", in_flight_s=round(elapsed, 1))
+            self._log_event(logging.WARNING, "poll_slow", in_flight_s=round(elapsed, 1))
         return elapsed
 
     def _take_poll(self, latest: Callable[[], _Polled | None], now: float) -> None:
@@ -375,7 +382,7 @@ class AgentDaemon:
         except ObjectNotFound as exc:
             self._poll_backoff.reset()
             if not self._nothing_published:  # once, not every poll
-                log_event(log, logging.INFO, "nothing_published", detail=exc)
+                self._log_event(logging.INFO, "nothing_published", detail=exc)
             self._nothing_published = True
             return
         except CheckFailed as exc:
@@ -388,7 +395,7 @@ class AgentDaemon:
             return
         self._nothing_published = False
         if self._poll_backoff.failures:
-            log_event(log, logging.INFO, "origin_recovered", after_failures=self._poll_backoff.failures)
+            self._log_event(logging.INFO, "origin_recovered", after_failures=self._poll_backoff.failures)
             self._poll_backoff.reset()
         if polled is not None:
             self._freshness.saw(polled.announcement.pointer)
@@ -398,7 +405,7 @@ class AgentDaemon:
         delay = self._poll_backoff.next_delay()
         self._next_poll = now + delay
         self._error(str(exc))
-        log_event(log, logging.ERROR if event != "origin_error" else logging.WARNING, event,
+        self._log_event(logging.ERROR if event != "origin_error" else logging.WARNING, event,
                   **fields, error=exc, retry_in_s=delay)
 
     def _poll_interval(self) -> float:
@@ -410,13 +417,13 @@ class AgentDaemon:
         pointer = announcement.pointer
         installed = self.layout.current_version()
         decision = decide(pointer, installed, self._last_sequence)
-        log_event(log, logging.INFO, "announcement", version=pointer.version,
+        self._log_event(logging.INFO, "announcement", version=pointer.version,
                   sequence=pointer.sequence, pinned=pointer.pinned, installed=installed,
                   decision=decision.reason)
         if not decision.accepted:
             self.metrics.refusals.labels(decision.reason).inc()
             self._error(decision.detail)
-            log_event(log, logging.WARNING, "refused", reason=decision.reason,
+            self._log_event(logging.WARNING, "refused", reason=decision.reason,
                       detail=decision.detail)
             return
         sequence = next_sequence(decision, pointer, self._last_sequence)
@@ -461,7 +468,7 @@ class AgentDaemon:
         self._remove_transfer(target.key)
         remove_tree(self.layout.staging_dir(target.version))
         self._target = None
-        log_event(log, logging.INFO, "download_abandoned", version=target.version, reason=why)
+        self._log_event(logging.INFO, "download_abandoned", version=target.version, reason=why)
 
     # -- fetching, verifying, installing -------------------------------------------------
 
@@ -523,7 +530,7 @@ class AgentDaemon:
             return
         if not status.finished:
             return
-        log_event(log, logging.INFO, "delta_applying", version=target.version, delta_from=plan.base,
+        self._log_event(logging.INFO, "delta_applying", version=target.version, delta_from=plan.base,
                   size=target.manifest.size, background=self._background_polls)
         manifest, finished = target.manifest, status
 
@@ -547,7 +554,7 @@ class AgentDaemon:
             self._fall_back(target, now, exc)
             return
         target.apply_s = round(self._clock() - call.started_at, 3)
-        log_event(log, logging.INFO, "delta_applied", version=target.version,
+        self._log_event(logging.INFO, "delta_applied", version=target.version,
                   delta_from=target.delta.base if target.delta is not None else None,
                   apply_s=target.apply_s)
         target.applied = applied
@@ -582,7 +589,7 @@ class AgentDaemon:
         self.transfer.start_download(version, target.announcement.torrent, staging, origin,
                                      resume_data=resume)
         target.started, target.resume = True, None
-        log_event(log, logging.INFO, "download_started", version=version, size=manifest.size,
+        self._log_event(logging.INFO, "download_started", version=version, size=manifest.size,
                   resumed_bytes=present or None, attempt=target.backoff.failures + 1)
 
     def _begin_delta(self, target: _Target, plan: DeltaPlan, now: float) -> bool:
@@ -606,7 +613,7 @@ class AgentDaemon:
         self.transfer.start_download(plan.key, plan.torrent, staging, origin, resume_data=resume)
         target.started, target.resume = True, None
         target.delta_progress = (0, now)
-        log_event(log, logging.INFO, "download_started", version=version, delta_from=plan.base,
+        self._log_event(logging.INFO, "download_started", version=version, delta_from=plan.base,
                   size=plan.entry.size, file_size=target.manifest.size, resumed_bytes=present or None,
                   attempt=target.backoff.failures + 1)
         return True
@@ -642,7 +649,7 @@ class AgentDaemon:
 
     def _count_fallback(self, version: int, failure: DeltaFallback, *, base: int | None = None) -> None:
         self.metrics.delta_fallbacks.labels(failure.reason).inc()
-        log_event(log, logging.WARNING, "delta_fallback", version=version, delta_from=base,
+        self._log_event(logging.WARNING, "delta_fallback", version=version, delta_from=base,
                   reason=failure.reason, error=failure, detail="fetching the full file")
 
     def _finish(self, target: _Target, status: TransferStatus, now: float) -> None:
@@ -698,7 +705,7 @@ class AgentDaemon:
                           self.layout.staged_delta(plan.version, plan.base), plan.torrent,
                           keep_staged=True)
         except OSError as exc:
-            log_event(log, logging.WARNING, "delta_not_kept", version=plan.version,
+            self._log_event(logging.WARNING, "delta_not_kept", version=plan.version,
                       delta_from=plan.base, error=exc)
             return False
         return True
@@ -731,7 +738,7 @@ class AgentDaemon:
         self._last_swap = {"version": target.version, "previous": previous,
                            "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from,
                            "apply_s": target.apply_s if delta_from is not None else None}
-        log_event(log, logging.INFO, "swapped", version=target.version, previous=previous,
+        self._log_event(logging.INFO, "swapped", version=target.version, previous=previous,
                   latency_s=latency, downloaded=downloaded, delta_from=delta_from,
                   pinned=target.announcement.pointer.pinned)
 
@@ -740,7 +747,7 @@ class AgentDaemon:
         target.started = False
         target.retry_at = now + delay
         self._error(f"v{target.version}: {error}")
-        log_event(log, logging.ERROR, event, version=target.version, **fields, error=error,
+        self._log_event(logging.ERROR, event, version=target.version, **fields, error=error,
                   failures=target.backoff.failures, retry_in_s=delay)
 
     # -- restarts, resume data, garbage --------------------------------------------------
@@ -755,7 +762,7 @@ class AgentDaemon:
                     continue
                 announcement = open_announcement(documents, self.public_keys)
             except (CheckFailed, OSError) as exc:
-                log_event(log, logging.WARNING, "staging_discarded", path=staging, error=exc)
+                self._log_event(logging.WARNING, "staging_discarded", path=staging, error=exc)
                 continue
             decision = decide(announcement.pointer, current, self._last_sequence)
             if decision.action is not Action.INSTALL:
@@ -778,7 +785,7 @@ class AgentDaemon:
         if self.layout.staged_delta_bases(staging):  # a delta's staging: its filter.bsf was applied
             leftovers = discard_unfinished_apply(self.layout, version)
             if leftovers:
-                log_event(log, logging.INFO, "delta_apply_discarded", version=version,
+                self._log_event(logging.INFO, "delta_apply_discarded", version=version,
                           paths=",".join(p.name for p in leftovers), detail="applied again")
         if not self.config.install.deltas:
             return None
@@ -835,7 +842,7 @@ class AgentDaemon:
                                     self._stop_version, downloading=downloading, leftovers=leftovers)
         if collected.versions or collected.leftovers:
             self._disk_changed = True
-            log_event(log, logging.INFO, "garbage_collected",
+            self._log_event(logging.INFO, "garbage_collected",
                       versions=",".join(map(str, collected.versions)) or None,
                       leftovers=",".join(collected.leftovers) or None)
 
@@ -850,20 +857,20 @@ class AgentDaemon:
         staged file afterwards. Under ``swarm.require_private`` a public version (its
         torrent carries no swarm CA) is not seeded: it still serves locally."""
         if self.config.swarm.require_private and not _is_private(torrent):
-            log_event(log, logging.WARNING, "not_seeding", version=key_label(key),
+            self._log_event(logging.WARNING, "not_seeding", version=key_label(key),
                       reason="a public version, and swarm.require_private is set (still served locally)")
             return
         file_dir = self.layout.version_dir(key_version(key))
         if downloaded:
             if self.transfer.relocate(key, file_dir):
-                log_event(log, logging.INFO, "seeding", version=key_label(key), source=file_dir,
+                self._log_event(logging.INFO, "seeding", version=key_label(key), source=file_dir,
                           connections_kept=True)
                 return
             self._remove_transfer(key)
         try:
             self.transfer.seed(key, torrent, file_dir)
         except Exception as exc:
-            log_event(log, logging.WARNING, "seed_failed", version=key_label(key), error=exc)
+            self._log_event(logging.WARNING, "seed_failed", version=key_label(key), error=exc)
 
     def _remove_transfer(self, key: TransferKey) -> None:
         """Stop transferring ``key``, counting its last bytes first."""
@@ -919,11 +926,11 @@ class AgentDaemon:
                   "issued_at": change.pointer.issued_at, "age_s": change.age_s,
                   "max_age_s": self._freshness.max_age_s}
         if change.stale:
-            log_event(log, logging.WARNING, "pointer_stale", **fields,
+            self._log_event(logging.WARNING, "pointer_stale", **fields,
                       detail="no newer signed latest.json: the publisher stopped refreshing it, "
                              "or the origin serves an old one; still serving the installed version")
         else:
-            log_event(log, logging.INFO, "pointer_fresh", **fields)
+            self._log_event(logging.INFO, "pointer_fresh", **fields)
 
     def _observed_state(self) -> tuple[object, ...]:
         """What, when it changes, refreshes the metrics and /status at once."""

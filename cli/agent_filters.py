@@ -84,7 +84,8 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
         reader, origin = filter_origin(entry)
         source = IndexedAnnouncements(poller, entry.name, reader, keys)
         return AgentDaemon(per_filter, source, ScopedTransfer(transfer, entry.name), origin, keys,
-                           metrics=AgentMetrics(), background_polls=True, poll_pool=polls)
+                           metrics=AgentMetrics(), background_polls=True, poll_pool=polls,
+                           name=entry.name)
 
     from bloomswarm.agent.filter_set import FilterSet
 

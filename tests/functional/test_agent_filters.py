@@ -106,6 +106,9 @@ def test_agents_follow_many_filters_through_one_index(
         assert _versions(first) == {"alpha": 2, "beta": 1, "gamma": 1}
         assert first.status()["filters"]["beta"]["last_swap"] == beta_swap
         assert "reloaded" in first.log()
+        swaps = [line for line in first.log().splitlines() if "event=swapped" in line]
+        assert swaps and all(" filter=" in line for line in swaps)  # each line names its filter
+        assert any("event=swapped filter=alpha version=2" in line for line in swaps)
 
 
 def test_a_bad_reload_keeps_the_running_filters(

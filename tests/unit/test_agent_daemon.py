@@ -321,6 +321,24 @@ def test_nothing_published_is_logged_once(
     assert sum("event=nothing_published" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.parametrize("name", [None, "blocklist"])
+def test_a_named_filters_log_lines_name_it(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
+    caplog: pytest.LogCaptureFixture, name: str | None
+) -> None:
+    publish(store, ["a"])
+    with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
+        daemon = make_daemon(agent_config(tmp_path), origin, name=name)
+        daemons.append(daemon)
+        run_until(daemon, lambda: installed(daemon, 1))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("event=")]
+    assert any(line.startswith("event=swapped ") for line in lines)
+    if name is None:  # an agent of one filter: no filter field
+        assert not any(" filter=" in line for line in lines)
+    else:
+        assert all(line.split(" ")[1] == f"filter={name}" for line in lines), lines
+
+
 def test_status_before_the_first_snapshot_says_the_agent_is_starting(
     tmp_path: Path, origin: MemoryOrigin
 ) -> None:

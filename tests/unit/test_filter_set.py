@@ -95,7 +95,7 @@ class Fleet:
         origin: Origin = PrefixedOrigin(self.origin, entry.store_prefix)
         source = IndexedAnnouncements(self.poller, entry.name, folder, PUBLIC)
         return AgentDaemon(per_filter, source, ScopedTransfer(self.shared, entry.name), origin, PUBLIC,
-                           metrics=AgentMetrics(), clock=TickingClock())
+                           metrics=AgentMetrics(), clock=TickingClock(), name=entry.name)
 
     def version(self, name: str) -> int | None:
         return DataDir(filter_data_dir(self.config.data_dir, name)).current_version()
