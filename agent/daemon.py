@@ -279,7 +279,7 @@ class AgentDaemon:
             torrent = read_if_present(self.layout.torrent_file(version))
             if torrent is None:
                 self._log_event(logging.WARNING, "not_seeding", version=version,
-                          reason="no filter.torrent beside it (not installed by an agent)")
+                                reason="no filter.torrent beside it (not installed by an agent)")
                 continue
             self._seed(version, torrent)
             for base in self.layout.installed_deltas(version):
@@ -291,8 +291,8 @@ class AgentDaemon:
         self._collect()
         self._started = True
         self._log_event(logging.INFO, "started", data_dir=self.data_dir, current=current,
-                  resuming=self._target.version if self._target else None,
-                  last_sequence=self._last_sequence)
+                        resuming=self._target.version if self._target else None,
+                        last_sequence=self._last_sequence)
         self._refresh_status()
 
     def shutdown(self) -> None:
@@ -406,7 +406,7 @@ class AgentDaemon:
         self._next_poll = now + delay
         self._error(str(exc))
         self._log_event(logging.ERROR if event != "origin_error" else logging.WARNING, event,
-                  **fields, error=exc, retry_in_s=delay)
+                        **fields, error=exc, retry_in_s=delay)
 
     def _poll_interval(self) -> float:
         watch = self.config.watch
@@ -418,13 +418,13 @@ class AgentDaemon:
         installed = self.layout.current_version()
         decision = decide(pointer, installed, self._last_sequence)
         self._log_event(logging.INFO, "announcement", version=pointer.version,
-                  sequence=pointer.sequence, pinned=pointer.pinned, installed=installed,
-                  decision=decision.reason)
+                        sequence=pointer.sequence, pinned=pointer.pinned, installed=installed,
+                        decision=decision.reason)
         if not decision.accepted:
             self.metrics.refusals.labels(decision.reason).inc()
             self._error(decision.detail)
             self._log_event(logging.WARNING, "refused", reason=decision.reason,
-                      detail=decision.detail)
+                            detail=decision.detail)
             return
         sequence = next_sequence(decision, pointer, self._last_sequence)
         if sequence != self._last_sequence:
@@ -531,7 +531,7 @@ class AgentDaemon:
         if not status.finished:
             return
         self._log_event(logging.INFO, "delta_applying", version=target.version, delta_from=plan.base,
-                  size=target.manifest.size, background=self._background_polls)
+                        size=target.manifest.size, background=self._background_polls)
         manifest, finished = target.manifest, status
 
         def apply() -> tuple[HashedFile, TransferStatus]:
@@ -555,8 +555,8 @@ class AgentDaemon:
             return
         target.apply_s = round(self._clock() - call.started_at, 3)
         self._log_event(logging.INFO, "delta_applied", version=target.version,
-                  delta_from=target.delta.base if target.delta is not None else None,
-                  apply_s=target.apply_s)
+                        delta_from=target.delta.base if target.delta is not None else None,
+                        apply_s=target.apply_s)
         target.applied = applied
         try:
             self._finish(target, status, now)
@@ -590,7 +590,7 @@ class AgentDaemon:
                                      resume_data=resume)
         target.started, target.resume = True, None
         self._log_event(logging.INFO, "download_started", version=version, size=manifest.size,
-                  resumed_bytes=present or None, attempt=target.backoff.failures + 1)
+                        resumed_bytes=present or None, attempt=target.backoff.failures + 1)
 
     def _begin_delta(self, target: _Target, plan: DeltaPlan, now: float) -> bool:
         """Start (or resume) fetching the delta; False when it fell back to the file."""
@@ -614,8 +614,8 @@ class AgentDaemon:
         target.started, target.resume = True, None
         target.delta_progress = (0, now)
         self._log_event(logging.INFO, "download_started", version=version, delta_from=plan.base,
-                  size=plan.entry.size, file_size=target.manifest.size, resumed_bytes=present or None,
-                  attempt=target.backoff.failures + 1)
+                        size=plan.entry.size, file_size=target.manifest.size, resumed_bytes=present or None,
+                        attempt=target.backoff.failures + 1)
         return True
 
     def _fits(self, target: _Target, now: float, size: int, present: int) -> bool:
@@ -650,7 +650,7 @@ class AgentDaemon:
     def _count_fallback(self, version: int, failure: DeltaFallback, *, base: int | None = None) -> None:
         self.metrics.delta_fallbacks.labels(failure.reason).inc()
         self._log_event(logging.WARNING, "delta_fallback", version=version, delta_from=base,
-                  reason=failure.reason, error=failure, detail="fetching the full file")
+                        reason=failure.reason, error=failure, detail="fetching the full file")
 
     def _finish(self, target: _Target, status: TransferStatus, now: float) -> None:
         """Verify a finished download (still seeded from staging meanwhile: the transfer
@@ -706,7 +706,7 @@ class AgentDaemon:
                           keep_staged=True)
         except OSError as exc:
             self._log_event(logging.WARNING, "delta_not_kept", version=plan.version,
-                      delta_from=plan.base, error=exc)
+                            delta_from=plan.base, error=exc)
             return False
         return True
 
@@ -739,8 +739,8 @@ class AgentDaemon:
                            "latency_s": round(latency, 3), "at": time.time(), "delta_from": delta_from,
                            "apply_s": target.apply_s if delta_from is not None else None}
         self._log_event(logging.INFO, "swapped", version=target.version, previous=previous,
-                  latency_s=latency, downloaded=downloaded, delta_from=delta_from,
-                  pinned=target.announcement.pointer.pinned)
+                        latency_s=latency, downloaded=downloaded, delta_from=delta_from,
+                        pinned=target.announcement.pointer.pinned)
 
     def _fail(self, target: _Target, now: float, event: str, error: str, **fields: object) -> None:
         delay = target.backoff.next_delay()
@@ -748,7 +748,7 @@ class AgentDaemon:
         target.retry_at = now + delay
         self._error(f"v{target.version}: {error}")
         self._log_event(logging.ERROR, event, version=target.version, **fields, error=error,
-                  failures=target.backoff.failures, retry_in_s=delay)
+                        failures=target.backoff.failures, retry_in_s=delay)
 
     # -- restarts, resume data, garbage --------------------------------------------------
 
@@ -786,7 +786,7 @@ class AgentDaemon:
             leftovers = discard_unfinished_apply(self.layout, version)
             if leftovers:
                 self._log_event(logging.INFO, "delta_apply_discarded", version=version,
-                          paths=",".join(p.name for p in leftovers), detail="applied again")
+                                paths=",".join(p.name for p in leftovers), detail="applied again")
         if not self.config.install.deltas:
             return None
         for base in self.layout.staged_delta_bases(staging):
@@ -843,8 +843,8 @@ class AgentDaemon:
         if collected.versions or collected.leftovers:
             self._disk_changed = True
             self._log_event(logging.INFO, "garbage_collected",
-                      versions=",".join(map(str, collected.versions)) or None,
-                      leftovers=",".join(collected.leftovers) or None)
+                            versions=",".join(map(str, collected.versions)) or None,
+                            leftovers=",".join(collected.leftovers) or None)
 
     def _seed(self, key: TransferKey, torrent: bytes, *, downloaded: bool = False) -> None:
         """Seed an installed version's file, or a delta kept beside it; a failure is logged
@@ -858,13 +858,14 @@ class AgentDaemon:
         torrent carries no swarm CA) is not seeded: it still serves locally."""
         if self.config.swarm.require_private and not _is_private(torrent):
             self._log_event(logging.WARNING, "not_seeding", version=key_label(key),
-                      reason="a public version, and swarm.require_private is set (still served locally)")
+                            reason="a public version, and swarm.require_private is set "
+                                   "(still served locally)")
             return
         file_dir = self.layout.version_dir(key_version(key))
         if downloaded:
             if self.transfer.relocate(key, file_dir):
                 self._log_event(logging.INFO, "seeding", version=key_label(key), source=file_dir,
-                          connections_kept=True)
+                                connections_kept=True)
                 return
             self._remove_transfer(key)
         try:
@@ -927,7 +928,7 @@ class AgentDaemon:
                   "max_age_s": self._freshness.max_age_s}
         if change.stale:
             self._log_event(logging.WARNING, "pointer_stale", **fields,
-                      detail="no newer signed latest.json: the publisher stopped refreshing it, "
+                            detail="no newer signed latest.json: the publisher stopped refreshing it, "
                              "or the origin serves an old one; still serving the installed version")
         else:
             self._log_event(logging.INFO, "pointer_fresh", **fields)
