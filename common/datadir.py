@@ -29,6 +29,7 @@ signature and the torrent. The agent is the only writer. Readers (LiveFilter) re
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -84,13 +85,14 @@ def version_of_dir_name(name: str) -> int | None:
 @dataclass(frozen=True)
 class DataDir:
     """The layout of one data directory rooted at ``root``; paths only, plus the
-    ``current`` link, which it reads and flips."""
+    ``current`` link, which it reads and flips. (Its fixed paths are computed once per
+    instance: an agent of many filters asks for them thousands of times a second.)"""
 
     root: Path
 
     # -- what readers use --------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def current(self) -> Path:
         """The ``current`` symlink."""
         return self.root / _CURRENT
@@ -136,7 +138,7 @@ class DataDir:
 
     # -- installed versions ------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def versions(self) -> Path:
         """The directory holding one ``vN`` directory per installed version."""
         return self.root / _VERSIONS
@@ -184,7 +186,7 @@ class DataDir:
 
     # -- downloads in progress ---------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def staging(self) -> Path:
         """The directory holding downloads in progress."""
         return self.root / _STAGING
@@ -232,7 +234,7 @@ class DataDir:
 
     # -- agent state -------------------------------------------------------------------
 
-    @property
+    @functools.cached_property
     def state_file(self) -> Path:
         """The agent's last accepted pointer sequence (the replay guard)."""
         return self.root / _STATE_FILE
