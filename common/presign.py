@@ -82,8 +82,7 @@ class PresignTemplate:
         except (KeyError, ValueError):
             return None
         default_port = {"http": 80, "https": 443}.get(parts.scheme)
-        hostname = parts.netloc.rsplit(":", 1)[0] if port is not None else parts.netloc
-        host = parts.netloc if port is not None and port != default_port else hostname
+        host = parts.netloc.rsplit(":", 1)[0] if port is not None and port == default_port else parts.netloc
         template = cls(scheme=parts.scheme, netloc=parts.netloc, host=host,
                        path_prefix=parts.path[: -len(full_key)], region=scope[2], service=scope[3])
         again = presign_get(template, full_key, expires_s, credentials,
@@ -106,8 +105,9 @@ def presign_get(template: PresignTemplate, full_key: str, expires_s: int,
               ("X-Amz-SignedHeaders", "host")]
     if credentials.token is not None:
         params.append(("X-Amz-Security-Token", credentials.token))
-    query = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in params)
-    canonical_query = "&".join(f"{k}={v}" for k, v in sorted((_quote(k), _quote(v)) for k, v in params))
+    quoted = [(_quote(k), _quote(v)) for k, v in params]
+    query = "&".join(f"{k}={v}" for k, v in quoted)
+    canonical_query = "&".join(f"{k}={v}" for k, v in sorted(quoted))
     path = template.path_prefix + full_key
     canonical_request = "\n".join(
         ("GET", path, canonical_query, f"host:{template.host}", "", "host", UNSIGNED_PAYLOAD))
