@@ -62,6 +62,7 @@ TransferKind = Literal["swarm", "direct"]
 
 
 OriginPolicy = Literal["fallback", "always"]
+StripeFetchMode = Literal["ranges", "web_seed"]
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class SwarmConfig:
     download_rate_limit: int = 0
     """Cap on all downloads of the session, origin included."""
     origin_rate_limit: int = 0
-    """Cap on downloads from the origin (web seed) alone."""
+    """Cap on downloads from the origin (web seed, stripe fetches) alone."""
     origin_download_priority: int = 8
     """When the download cap is reached, the origin connection's share of it against one
     peer's (1..255; libtorrent's peer class priority). The origin is the only source of
@@ -130,6 +131,15 @@ class SwarmConfig:
     """Agents that may fetch from the origin at once, each a disjoint stripe of the
     pieces ("fallback"; see agent/origin_stripes.py); a running fleet larger than this gets
     one stripe per agent (docs/origin-policy.md). 1: one agent at a time, all pieces."""
+    origin_stripe_fetch: StripeFetchMode = "ranges"
+    """How an agent fetches its origin stripe. "ranges": HTTP range requests of exactly
+    the stripe's missing pieces, each handed to libtorrent (agent/origin_ranges.py);
+    paced at ``origin_rate_limit`` or ``download_rate_limit`` (the lower one set),
+    outside libtorrent's own cap.
+    "web_seed": libtorrent's web seed with the stripe's pieces first; it also fetches
+    pieces that peers hold once the stripe's are requested, so the origin sends more
+    than one copy (docs/benchmarks/delta-rollout.md). Unstriped origin use is always the
+    web seed."""
     origin_retry_s: float = 10.0
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""
@@ -191,6 +201,9 @@ class SwarmConfig:
         if self.origin_policy not in typing.get_args(OriginPolicy):
             raise ConfigError(f"swarm.origin_policy must be 'fallback' or 'always', "
                               f"got {self.origin_policy!r}")
+        if self.origin_stripe_fetch not in typing.get_args(StripeFetchMode):
+            raise ConfigError(f"swarm.origin_stripe_fetch must be 'ranges' or 'web_seed', "
+                              f"got {self.origin_stripe_fetch!r}")
         if not 1 <= self.origin_download_priority <= 255:
             raise ConfigError("swarm.origin_download_priority must be within 1..255")
         if self.origin_stripes < 1:

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import libtorrent as lt
 
@@ -50,6 +51,7 @@ from .certificates import CertificateStore
 from .config import SwarmConfig
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
+from .origin_ranges import Pace
 from .origin_relay import OriginRelay
 from .peer_access import RefusalLog, make_ip_filter, refusal_reason
 from .session_settings import session_settings
@@ -121,6 +123,10 @@ class Swarm:
         self._fleet_now: dict[str | None, set[bytes]] = {}
         self._peer_class = OriginPeerClass(self._ses, self.config, clock,
                                            on_addresses=self._allow_origin)
+        caps = [c for c in (self.config.origin_rate_limit, self.config.download_rate_limit) if c > 0]
+        self._stripe_pace = Pace(min(caps, default=0))
+        """The pace of every stripe fetch of this agent together (origin_stripe_fetch =
+        "ranges"): the origin cap, or the download cap, the lower one set."""
 
     # --- Transfer ---------------------------------------------------------------------------
 
@@ -216,6 +222,7 @@ class Swarm:
         record = self._torrents.pop(key, None)
         if record is None:
             return
+        record.stop_fetch()
         self._by_handle.pop(record.handle, None)
         self._resume.pop(record.handle, None)
         self._moves.pop(record.handle, None)
@@ -249,7 +256,7 @@ class Swarm:
                 self._present_certificate(record.handle, record.info)
         now = self._clock()
         records = list(self._torrents.values())
-        if all(r.complete and r.policy.attached is None for r in records):
+        if all(r.complete and r.policy.attached is None and r.stripe_fetch is None for r in records):
             return  # only complete files, no web seed: no decision to take, nothing to count
         self._swarm_size_now = 0
         self._fleet_now = {}
@@ -697,6 +704,7 @@ class Swarm:
             fleet_peer_ids=fleet_ids,
             fleet_known=self._swarm_size > 0,
         )
+        self._check_fetch(record, now)
         decision = record.policy.step(observation, record.link)
         self._apply(record, decision, (now, st, observation))
 
@@ -707,19 +715,26 @@ class Swarm:
         handle = record.handle
         if decision.reannounce:
             self._reannounce(record)
-        if decision.priorities is not None:
+        stripes = record.policy.stripes
+        by_ranges = (self.config.origin_stripe_fetch == "ranges" and stripes is not None
+                     and stripes.stripes > 1)
+        # Fetched by range requests, a stripe needs no priorities: without a web seed,
+        # pieces nobody holds cannot be picked anyway.
+        if decision.priorities is not None and not by_ranges:
             with contextlib.suppress(RuntimeError):
                 handle.prioritize_pieces(list(decision.priorities))
-        stripes = record.policy.stripes
         if decision.stripe is not None and stripes is not None:
             log.info("%s: origin stripe %d of %d", record.label, decision.stripe, stripes.stripes)
         change = decision.web_seed
         if isinstance(change, Attach):
             assert tick is not None
             now, st, seen = tick
+            stripe = record.policy.stripe
+            if by_ranges and stripe is not None:
+                record.fetch_stripe(change.url, stripe, **self._fetch_options())
             # Not for a private version: a peer's TLS session belongs to the torrent it was
             # made with, and libtorrent cuts it from the torrent added again.
-            if (self.config.trackers and st.total_payload_download == 0 and not record.seeding
+            elif (self.config.trackers and st.total_payload_download == 0 and not record.seeding
                     and not any(st.pieces) and not record.info.ssl_cert()):
                 self._attach_at_once(record, change.url)
             else:
@@ -729,6 +744,11 @@ class Swarm:
                      record.label, self.config.origin_policy, now - record.started, len(seen.peers),
                      seen.swarm_size, record.policy.position(seen), 100 * record.verified_fraction(st),
                      record.bytes_from_peers)
+        elif isinstance(change, Detach) and record.stripe_fetch is not None:
+            record.stop_fetch()
+            if change.reason is not None:
+                log.info("%s: origin off (%s; %d B from the origin so far)", record.label, change.reason,
+                         record.bytes_from_origin)
         elif isinstance(change, Detach) and change.reason is None:  # an origin error, logged
             with contextlib.suppress(RuntimeError):
                 handle.remove_url_seed(change.url)
@@ -738,11 +758,32 @@ class Swarm:
                 handle.remove_url_seed(change.url)
             log.info("%s: origin off (%s; %d B from the origin so far)", record.label, change.reason,
                      record.bytes_from_origin)
+        elif isinstance(change, Replace) and record.stripe_fetch is not None:
+            record.stripe_fetch.url = change.new  # its next request
+            log.info("%s: origin URL refreshed", record.label)
         elif isinstance(change, Replace):
             record.snapshot(origin_attached=True)
             handle.remove_url_seed(change.old)
             handle.add_url_seed(change.new)
             log.info("%s: origin URL refreshed", record.label)
+        fetch = record.stripe_fetch
+        if fetch is not None and decision.stripe is not None and decision.stripe != record.fetching_stripe:
+            record.fetch_stripe(fetch.url, decision.stripe, **self._fetch_options())  # moved on
+
+    def _fetch_options(self) -> dict[str, Any]:
+        """How stripe fetches go: all paced together (:attr:`_stripe_pace`), with the
+        agent's User-Agent."""
+        return {"pace": self._stripe_pace, "user_agent": self.config.user_agent}
+
+    def _check_fetch(self, record: SwarmTorrent, now: float) -> None:
+        """A stripe fetch that failed is an origin error (the policy backs off and tries
+        again with a fresh URL after ``origin_retry_s``)."""
+        fetch = record.stripe_fetch
+        trouble = None if fetch is None else record.fetch_trouble(now)
+        if fetch is None or trouble is None:
+            return
+        log.warning("%s: origin failed: %s", record.label, trouble)
+        self._apply(record, record.policy.origin_failed(fetch.url, now))
 
     def _reannounce(self, record: SwarmTorrent) -> None:
         """Re-announce to the trackers and the DHT (the policy asks for it while no

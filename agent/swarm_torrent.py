@@ -19,6 +19,7 @@ import libtorrent as lt
 from .byte_accounting import ByteAccounting
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import OriginLink, OriginPolicy
+from .origin_ranges import Pace, PieceGeometry, StripeFetch
 from .transfer import (
     OriginURL,
     OriginURLFactory,
@@ -34,6 +35,14 @@ log = logging.getLogger("bloomswarm.swarm")
 
 CHECKING = (lt.torrent_status.checking_files, lt.torrent_status.checking_resume_data)
 """Torrent states in which the pieces on disk are being checked."""
+
+FETCH_SETTLE_S = 2.0
+"""Seconds after a stripe fetch handed over its last piece before pieces of the stripe
+still missing count as lost (libtorrent hashes a piece added with ``add_piece``
+asynchronously; one that failed its hash is fetched again)."""
+FETCH_ATTEMPTS = 3
+"""Stripe fetches of one stripe that may end with pieces missing before the origin counts
+as failed (the policy then backs off and retries later with a fresh URL)."""
 
 REUSE_READ_S = 0.05
 """A :meth:`SwarmTorrent.status` this soon after a :meth:`SwarmTorrent.snapshot` reuses its
@@ -76,6 +85,14 @@ class SwarmTorrent:
     """The last snapshot, with its monotonic time (see :data:`REUSE_READ_S`)."""
     named_peers: int = 0
     """The most peers one tracker or DHT answer named."""
+    stripe_fetch: StripeFetch | None = None
+    """The origin stripe being fetched by range requests (``origin_stripe_fetch =
+    "ranges"``), or None."""
+    fetched_before: int = 0
+    """Bytes received by this handle's earlier stripe fetches."""
+    _fetch_stripe: int | None = None
+    _fetch_attempts: int = 0
+    _fetch_ended_at: float | None = None
 
     @property
     def version(self) -> int:
@@ -93,7 +110,71 @@ class SwarmTorrent:
 
     @property
     def bytes_from_origin(self) -> int:
-        return self.origin_before + self.accounting.origin
+        fetching = 0 if self.stripe_fetch is None else self.stripe_fetch.received
+        return self.origin_before + self.accounting.origin + self.fetched_before + fetching
+
+    @property
+    def web_seed_on(self) -> bool:
+        """libtorrent's web seed is attached (the origin is on, not as a stripe fetch)."""
+        return self.policy.attached is not None and self.stripe_fetch is None
+
+    # --- the origin stripe fetched by range requests ------------------------------------------
+
+    def fetch_stripe(self, url: str, stripe: int, *, pace: Pace, user_agent: str) -> None:
+        """Fetch ``stripe``'s pieces (the policy's stripes) that are still missing from
+        ``url``, replacing any fetch under way."""
+        stripes = self.policy.stripes
+        assert stripes is not None
+        if self._fetch_stripe != stripe:
+            self._fetch_attempts = 0
+        self.stop_fetch()
+        handle, info = self.handle, self.info
+        geometry = PieceGeometry(info.num_pieces(), info.piece_length(), int(info.total_size()))
+        wanted = [i for i in range(stripes.pieces) if stripes.stripe_of(i) == stripe]
+        self.stripe_fetch = StripeFetch(
+            url, wanted, geometry,
+            missing=lambda piece: not handle.have_piece(piece),
+            deliver=lambda piece, data: handle.add_piece(piece, data, 0),
+            pace=pace, user_agent=user_agent,
+        ).start()
+        self._fetch_stripe = stripe
+        self._fetch_attempts += 1
+        self._fetch_ended_at = None
+
+    @property
+    def fetching_stripe(self) -> int | None:
+        """The stripe of the fetch under way or ended last (None: none yet)."""
+        return self._fetch_stripe
+
+    def stop_fetch(self) -> None:
+        """Cancel the stripe fetch under way (its bytes so far stay counted)."""
+        fetch, self.stripe_fetch = self.stripe_fetch, None
+        if fetch is not None:
+            fetch.cancel()
+            self.fetched_before += fetch.received
+
+    def fetch_trouble(self, now: float) -> str | None:
+        """Why the stripe fetch failed, checked at every poll: its error, or pieces still
+        missing :data:`FETCH_SETTLE_S` after it handed over its last one for the
+        :data:`FETCH_ATTEMPTS`-th time (a fetch that ended with pieces missing before that
+        is started again). None while it runs or when it went well."""
+        fetch = self.stripe_fetch
+        if fetch is None or not fetch.done:
+            return None
+        if fetch.error is not None:
+            return fetch.error
+        if self._fetch_ended_at is None:
+            self._fetch_ended_at = now
+        missing = [p for p in fetch.wanted if not self.handle.have_piece(p)]
+        if not missing or now - self._fetch_ended_at < FETCH_SETTLE_S:
+            return None
+        if self._fetch_attempts >= FETCH_ATTEMPTS:
+            return f"{len(missing)} piece(s) of the stripe still missing after {self._fetch_attempts} fetches"
+        assert self._fetch_stripe is not None
+        log.warning("%s: %d piece(s) of origin stripe %d missing after its fetch (failed their "
+                    "hash check?): fetching them again", self.label, len(missing), self._fetch_stripe)
+        self.fetch_stripe(fetch.url, self._fetch_stripe, pace=fetch.pace, user_agent=fetch.user_agent)
+        return None
 
     @property
     def bytes_from_peers(self) -> int:
@@ -114,7 +195,7 @@ class SwarmTorrent:
                  int(p.total_download), int(p.payload_down_speed))
                 for p in peers
             ],
-            origin_attached=self.policy.attached is not None if origin_attached is None else origin_attached,
+            origin_attached=self.web_seed_on if origin_attached is None else origin_attached,
         )
         self._last_read = (time.monotonic(), st, peers)
         return st, peers
@@ -126,7 +207,7 @@ class SwarmTorrent:
         change: it is read with one status call (no piece lists, no per-connection read),
         its peers counted by libtorrent; what an idle, seeding agent pays per tick."""
         try:
-            if self.complete and self.policy.attached is None:
+            if self.complete and self.policy.attached is None and self.stripe_fetch is None:
                 st = self.handle.status(0)
                 if st.is_seeding:
                     return self._from_status(st, int(st.num_peers))

@@ -44,6 +44,7 @@ from bloomswarm.common.sizing import size_filter
 from bloomswarm.publisher.config import DeltaConfig, SizingConfig
 from bloomswarm.publisher.sizing_policy import SizingTarget, decide_sizing
 from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet, Published
+from bloomswarm.sandbox.origin import PayloadRequest
 
 if TYPE_CHECKING:
     from benchmarks.swarm import Setup
@@ -123,6 +124,15 @@ class Round:
     apply_s: list[float] = field(default_factory=list)
     """Per agent that installed by delta, seconds its apply took (sorted): the part of
     ``seconds`` spent after the delta was in."""
+    origin_resent_bytes: int = 0
+    """Of ``origin_bytes``, bytes the origin had already sent in this round (the same file's
+    same 16 KiB blocks): the origin's over-fetch."""
+    origin_cut_bytes: int = 0
+    """Of ``origin_bytes``, bytes of requests the client left before their end (a web seed
+    taken out mid-request)."""
+    origin_requests: list[dict[str, Any]] = field(default_factory=list)
+    """The round's answered origin requests: path, first, last, sent, seconds after the
+    publish, client port."""
 
     @property
     def max(self) -> float:
@@ -186,11 +196,34 @@ def _cpu_times() -> tuple[int, int]:
     return sum(values), values[3] + (values[4] if len(values) > 4 else 0)
 
 
+ORIGIN_BLOCK = 16 * 1024
+"""Granularity of :func:`origin_waste`: BitTorrent's block."""
+
+
+def origin_waste(requests: Sequence[PayloadRequest]) -> tuple[int, int]:
+    """``(resent, cut)`` bytes of ``requests`` (in the order they ended): bytes of blocks the
+    origin had sent before, and bytes of requests the client left unfinished."""
+    sent_blocks: dict[str, set[int]] = {}
+    resent = cut = 0
+    for r in requests:
+        blocks = sent_blocks.setdefault(r.path, set())
+        end = r.first + r.sent
+        for block in range(r.first // ORIGIN_BLOCK, -(-end // ORIGIN_BLOCK)):
+            overlap = min(end, (block + 1) * ORIGIN_BLOCK) - max(r.first, block * ORIGIN_BLOCK)
+            if block in blocks:
+                resent += overlap
+            blocks.add(block)
+        if r.sent < r.last - r.first + 1:
+            cut += r.sent
+    return resent, cut
+
+
 def measure_round(fleet: LocalFleet, builder: FilterBuilder, origin_cap: int,
                   deltas: DeltaConfig | None = None) -> Round:
     """Publish ``builder`` (with ``deltas``) and wait until every agent has swapped to it."""
     before = {v.name: v.bytes_from_peers for v in fleet.views()}
     origin_before = fleet.origin_bytes()
+    requests_since, wall_since = time.monotonic(), time.time()
     cpu_before = _cpu_times()
     published: Published = fleet.publish(builder, deltas=deltas)
     manifest = published.manifest
@@ -201,6 +234,9 @@ def measure_round(fleet: LocalFleet, builder: FilterBuilder, origin_cap: int,
     busy = 0.0 if spent <= 0 else 1.0 - (idle - cpu_before[1]) / spent
     time.sleep(0.5)  # let the agents' counters catch their last bytes
     views = fleet.views()
+    requests = fleet.proxy.payload_requests(requests_since) if fleet.proxy is not None else []
+    resent, cut = origin_waste(requests)
+    published_at = requests_since + (published.announced_at - wall_since)  # monotonic
     return Round(
         version=published.version, file_bytes=manifest.size,
         deltas_listed=[d.size for d in manifest.deltas],
@@ -210,6 +246,9 @@ def measure_round(fleet: LocalFleet, builder: FilterBuilder, origin_cap: int,
         by_delta=sum(v.swapped_by_delta(published.version) for v in views),
         cpu_busy=busy, load_average=[round(x, 2) for x in os.getloadavg()],
         apply_s=sorted(s for v in views if (s := v.apply_seconds(published.version)) is not None),
+        origin_resent_bytes=resent, origin_cut_bytes=cut,
+        origin_requests=[{"path": r.path.rsplit("/", 2)[-1], "first": r.first, "last": r.last, "sent": r.sent,
+                          "at_s": round(r.at - published_at, 3), "port": r.client[1]} for r in requests],
     )
 
 
@@ -250,7 +289,8 @@ def _describe(label: str, r: Round) -> str:
     applies = (f", apply p50 {float(np.percentile(r.apply_s, 50)):.1f} s max {max(r.apply_s):.1f} s"
                if r.apply_s else "")
     return (f"{label:9} v{r.version}: p50 {r.p50:6.1f} s, max {r.max:6.1f} s, origin "
-            f"{r.origin_bytes / MIB:7.2f} MiB, peers {r.peer_bytes / MIB:8.1f} MiB, by delta {r.by_delta}, "
+            f"{r.origin_bytes / MIB:7.2f} MiB (resent {r.origin_resent_bytes / MIB:.2f}, cut "
+            f"{r.origin_cut_bytes / MIB:.2f}), peers {r.peer_bytes / MIB:8.1f} MiB, by delta {r.by_delta}, "
             f"CPU {r.cpu_busy:4.0%}, load {r.load_average[0]:.1f}{applies}")
 
 

@@ -80,6 +80,23 @@ class OriginCounts:
 
 
 @dataclass(frozen=True)
+class PayloadRequest:
+    """One answered GET of a counted file: which bytes were asked for and how many went."""
+
+    at: float
+    """``time.monotonic()`` when the answer ended."""
+    client: tuple[str, int]
+    """The client's address and port (one web seed connection each)."""
+    path: str
+    """The request path, without its query."""
+    first: int
+    last: int
+    """The byte range asked for (inclusive)."""
+    sent: int
+    """Body bytes sent: less than the range when the client went away."""
+
+
+@dataclass(frozen=True)
 class _File:
     """A file the origin serves from disk."""
 
@@ -187,6 +204,7 @@ class Origin(Service):
         self._fetch_locks: dict[str, threading.Lock] = {}
         self._counts = OriginCounts(0, 0, 0, 0, 0)
         self._gets: Counter[str] = Counter()
+        self._payload_log: list[PayloadRequest] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -228,6 +246,7 @@ class Origin(Service):
         with self._lock:
             self._counts = OriginCounts(0, 0, 0, 0, 0)
             self._gets.clear()
+            self._payload_log.clear()
 
     def gets(self, suffix: str) -> int:
         """GET requests so far (304s and errors included) for the paths, without query,
@@ -235,9 +254,19 @@ class Origin(Service):
         with self._lock:
             return sum(n for path, n in self._gets.items() if path.endswith(suffix))
 
+    def payload_requests(self, since: float = 0.0) -> list[PayloadRequest]:
+        """The answered GETs of counted files that ended at ``since`` (monotonic) or later,
+        oldest first: which ranges the clients asked for, e.g. to find bytes sent twice."""
+        with self._lock:
+            return [r for r in self._payload_log if r.at >= since]
+
     def _add_get(self, path: str) -> None:
         with self._lock:
             self._gets[urlsplit(path).path] += 1
+
+    def _log_payload(self, request: PayloadRequest) -> None:
+        with self._lock:
+            self._payload_log.append(request)
 
     def _add(self, *, filter_bytes: int = 0, filter_requests: int = 0, requests: int = 0, faults: int = 0,
              forbidden: int = 0) -> None:
@@ -344,6 +373,7 @@ def _handler(origin: Origin) -> type[BaseHTTPRequestHandler]:
         def setup(self) -> None:
             super().setup()
             self.pace = ConnectionPace(origin.connection_rate)
+            self._range_sent = 0
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -423,6 +453,18 @@ def _handler(origin: Origin) -> type[BaseHTTPRequestHandler]:
             if self.command == "HEAD":
                 return
             self.wfile.flush()
+            try:
+                self._send_range(local, first, last, counted)
+            finally:
+                if counted:
+                    origin._log_payload(PayloadRequest(time.monotonic(), self.client_address[:2],
+                                                       urlsplit(self.path).path, first, last,
+                                                       self._range_sent))
+
+        def _send_range(self, local: _File, first: int, last: int, counted: bool) -> None:
+            """Send bytes ``first..last`` of ``local``, paced; stops when the client goes
+            away (``_range_sent``: the bytes sent)."""
+            self._range_sent = 0
             with local.path.open("rb") as file:
                 offset, left = first, last - first + 1
                 while left > 0:
@@ -437,6 +479,7 @@ def _handler(origin: Origin) -> type[BaseHTTPRequestHandler]:
                         return
                     if counted:
                         origin._add(filter_bytes=sent)
+                    self._range_sent += sent
                     offset += sent
                     left -= sent
 

@@ -2,9 +2,12 @@
 in sight).
 
 The rules themselves are the pure core's (test_origin_policy*.py, test_origin_stripes.py);
-these tests check what the Swarm does to the torrent: the piece priorities a stripe sets,
-that an origin going off (here: an origin error) leaves them at the default again, and
-that resume data never brings a stripe's zeros back.
+these tests check what the Swarm does to the torrent. Fetched by range requests (the
+default): each stripe's pieces are requested from the origin exactly once, no web seed is
+attached and no priority changed; an origin error turns the origin off. Fetched by the
+web seed: the piece priorities a stripe sets, that an origin going off (here: an origin
+error) leaves them at the default again, and that resume data never brings a stripe's
+zeros back.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from bloomswarm.agent.origin_stripes import DEFAULT_PRIORITY, TOP_PRIORITY
 from bloomswarm.agent.swarm import Swarm
 from bloomswarm.agent.transfer import OriginURL
 from bloomswarm.publisher.torrent import make_torrent
+from bloomswarm.sandbox.origin import Origin
 
 PIECE = 16 << 10
 PIECES = 32
@@ -67,16 +71,67 @@ def torrent(tmp_path: Path) -> bytes:
     return make_torrent(path, piece_size=PIECE, progress=False).data
 
 
-@pytest.fixture
-def swarm() -> Iterator[Swarm]:
+def _striped(fetch: str) -> SwarmConfig:
     # The policy decides at once (no grace, no stagger); the clock stands still, so an
     # origin that failed is not retried. Runs of 2 pieces, 4 stripes.
-    config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True,
-                         origin_grace_s=0.0, origin_stagger_s=0.0, origin_request_bytes=2 * PIECE,
-                         origin_stripes=4, origin_retry_s=30.0)
-    swarm = Swarm(config, clock=Clock())
+    return SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True,
+                       origin_grace_s=0.0, origin_stagger_s=0.0, origin_request_bytes=2 * PIECE,
+                       origin_stripes=4, origin_retry_s=30.0,
+                       origin_stripe_fetch="ranges" if fetch == "ranges" else "web_seed")
+
+
+@pytest.fixture
+def swarm() -> Iterator[Swarm]:
+    """Stripes fetched by libtorrent's web seed."""
+    swarm = Swarm(_striped("web_seed"), clock=Clock())
     yield swarm
     swarm.close()
+
+
+@pytest.fixture
+def ranged() -> Iterator[Swarm]:
+    """Stripes fetched by range requests (the default)."""
+    swarm = Swarm(_striped("ranges"), clock=Clock())
+    yield swarm
+    swarm.close()
+
+
+@pytest.fixture
+def origin(tmp_path: Path, torrent: bytes) -> Iterator[Origin]:
+    """The torrent's file behind an HTTP origin that logs every range it sends."""
+    with Origin(files=tmp_path / "seed") as running:
+        yield running
+
+
+def test_stripes_fetched_by_ranges_request_each_piece_from_the_origin_once(
+        ranged: Swarm, torrent: bytes, tmp_path: Path, origin: Origin) -> None:
+    """With no peer, the download takes one free stripe after another: in the end every
+    piece came from the origin, each requested once, in requests within one stripe's run;
+    no web seed, no priority touched."""
+    ranged.start_download(1, torrent, tmp_path / "download", _factory(origin.url("filter.bsf")))
+    _poll_until(ranged, lambda: ranged.origin_in_use(1), "the origin on")
+    assert ranged.web_seeds(1) == []
+    assert _priorities(ranged) == [DEFAULT_PRIORITY] * PIECES
+    _poll_until(ranged, lambda: (st := ranged.status(1)) is not None and st.finished, "the file complete")
+    fetched = (tmp_path / "download" / "filter.bsf").read_bytes()
+    assert fetched == (tmp_path / "seed" / "filter.bsf").read_bytes()
+    requests = origin.payload_requests()
+    ranges = sorted((r.first, r.last) for r in requests)
+    assert sum(r.sent for r in requests) == PIECES * PIECE
+    assert ranges == [(run * 2 * PIECE, (run * 2 + 2) * PIECE - 1) for run in range(PIECES // 2)]
+    status = ranged.status(1)
+    assert status is not None and status.bytes_from_origin == PIECES * PIECE
+    assert status.bytes_from_peers == 0
+
+
+def test_a_stripe_fetch_that_fails_turns_the_origin_off(
+        ranged: Swarm, torrent: bytes, tmp_path: Path, failing_origin: str) -> None:
+    ranged.start_download(1, torrent, tmp_path / "download", _factory(failing_origin))
+    _poll_until(ranged, lambda: ranged.origin_in_use(1), "the origin on")
+    _poll_until(ranged, lambda: not ranged.origin_in_use(1), "the origin off after its error")
+    assert ranged.web_seeds(1) == []
+    status = ranged.status(1)
+    assert status is not None and status.bytes_from_origin == 0
 
 
 def _factory(url: str) -> Callable[[], OriginURL]:
