@@ -61,7 +61,10 @@ back at once when someone else does.
    are ``origin_stripes`` stripes, or one per agent of a larger fleet in sight when the
    download starts (``fleet_size``), at most one per piece: every agent of a running
    fleet then fetches its own share from the origin and its upload spreads it, instead
-   of a few agents' uploads carrying every fresh piece. With no stripe to take it waits until peers delivered
+   of a few agents' uploads carrying every fresh piece; with the whole fleet in sight, an
+   agent placed beyond the stripes (a backup) counts a stripe nobody holds a piece of as
+   free only ``STALL_FACTOR * origin_starved_s`` after the start, as when moving on (its
+   owner may still be on its first piece). With no stripe to take it waits until peers delivered
    nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
    On a stripe that a peer further ahead also fetches, it moves to another free stripe or
    leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
@@ -519,7 +522,10 @@ class OriginPolicy:
         stripes, have, peers, now = watch.stripes, obs.have, obs.peers, obs.now
         if self._attached is None:
             restore = self._drop_stripe()
-            free = self._free_stripes(now)
+            # A backup (placed beyond the stripes) in a fleet whose order is known: every
+            # stripe has its agent, whose first piece may not show yet; like moving on.
+            backup = self._whole_fleet_in_sight(obs) and self.position(obs) >= stripes.stripes
+            free = self._free_stripes(now, moving_on=backup)
             stalled = now - self._last_peer_progress >= stall_s(self._config.origin_starved_s)
             if not free and not stalled:
                 return Decision(priorities=restore)  # nothing to take yet

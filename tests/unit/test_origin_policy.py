@@ -225,6 +225,23 @@ def test_with_the_whole_fleet_in_sight_each_agent_takes_its_own_stripe_at_once()
     assert taken == list(range(6))  # the p-th in line takes stripe p: no two the same
 
 
+def test_with_the_whole_fleet_in_sight_a_backup_leaves_unclaimed_stripes_to_their_owners() -> None:
+    """Six agents, four stripes (fleet_size unknown at the start): the fifth in line waits
+    while the stripes show no piece yet (their owners' first pieces are on the way), and
+    takes one still unclaimed after 3 x origin_starved_s."""
+    settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE, origin_starved_s=2.0)
+    ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    backup = policy(settings, pieces=64, identity=(INFO_HASH, ids[4]))
+    assert backup.stripes == Stripes(pieces=64, run=4, stripes=4)
+    others = frozenset(i for i in ids if i != ids[4])
+    link = Link()
+    for at in (0.05, 1.0, 3.0, 5.9):
+        seen = obs(at, announced=True, swarm_size=6, pieces=64, fleet_peer_ids=others)
+        assert backup.step(seen, link).web_seed is None, at
+    taken = backup.step(obs(6.1, announced=True, swarm_size=6, pieces=64, fleet_peer_ids=others), link)
+    assert taken.web_seed == Attach(URL) and taken.stripe is not None
+
+
 def test_without_the_whole_fleet_in_sight_the_turns_stay_staggered() -> None:
     settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE)
     ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
