@@ -712,7 +712,6 @@ class Swarm:
                tick: tuple[float, lt.torrent_status, Observation] | None = None) -> None:
         """Carry out ``decision`` on ``record``'s torrent (``tick``: the time, its status
         and what the policy observed this tick, for the log of an added web seed)."""
-        handle = record.handle
         if decision.reannounce:
             self._reannounce(record)
         stripes = record.policy.stripes
@@ -722,53 +721,68 @@ class Swarm:
         # pieces nobody holds cannot be picked anyway.
         if decision.priorities is not None and not by_ranges:
             with contextlib.suppress(RuntimeError):
-                handle.prioritize_pieces(list(decision.priorities))
+                record.handle.prioritize_pieces(list(decision.priorities))
         if decision.stripe is not None and stripes is not None:
             log.info("%s: origin stripe %d of %d", record.label, decision.stripe, stripes.stripes)
         change = decision.web_seed
+        if record.stripe_fetch is not None or (
+                by_ranges and isinstance(change, Attach) and record.policy.stripe is not None):
+            self._apply_to_fetch(record, decision)
+        else:
+            self._apply_to_web_seed(record, change, tick)
         if isinstance(change, Attach):
             assert tick is not None
             now, st, seen = tick
-            stripe = record.policy.stripe
-            if by_ranges and stripe is not None:
-                record.fetch_stripe(change.url, stripe, **self._fetch_options())
-            # Not for a private version: a peer's TLS session belongs to the torrent it was
-            # made with, and libtorrent cuts it from the torrent added again.
-            elif (self.config.trackers and st.total_payload_download == 0 and not record.seeding
-                    and not any(st.pieces) and not record.info.ssl_cert()):
-                self._attach_at_once(record, change.url)
-            else:
-                handle.add_url_seed(change.url)
             log.info("%s: origin on (%s; %.1fs after start, %d peers of a swarm of %d, position "
                      "%.1f, %.0f%% verified, %d B from peers)",
                      record.label, self.config.origin_policy, now - record.started, len(seen.peers),
                      seen.swarm_size, record.policy.position(seen), 100 * record.verified_fraction(st),
                      record.bytes_from_peers)
-        elif isinstance(change, Detach) and record.stripe_fetch is not None:
-            record.stop_fetch()
-            if change.reason is not None:
-                log.info("%s: origin off (%s; %d B from the origin so far)", record.label, change.reason,
-                         record.bytes_from_origin)
-        elif isinstance(change, Detach) and change.reason is None:  # an origin error, logged
-            with contextlib.suppress(RuntimeError):
-                handle.remove_url_seed(change.url)
-        elif isinstance(change, Detach):
-            with contextlib.suppress(RuntimeError):
-                record.snapshot(origin_attached=True)  # count the web seed's bytes before it closes
-                handle.remove_url_seed(change.url)
+        elif isinstance(change, Detach) and change.reason is not None:
             log.info("%s: origin off (%s; %d B from the origin so far)", record.label, change.reason,
                      record.bytes_from_origin)
-        elif isinstance(change, Replace) and record.stripe_fetch is not None:
-            record.stripe_fetch.url = change.new  # its next request
+        elif isinstance(change, Replace):
             log.info("%s: origin URL refreshed", record.label)
+
+    def _apply_to_fetch(self, record: SwarmTorrent, decision: Decision) -> None:
+        """The origin decision for a stripe fetched by range requests: start it, move it
+        to the decision's new stripe, give it a refreshed URL, or stop it."""
+        change = decision.web_seed
+        if isinstance(change, Detach):
+            record.stop_fetch()
+            return
+        fetch = record.stripe_fetch
+        if isinstance(change, Replace) and fetch is not None:
+            fetch.url = change.new  # a refreshed URL, for its next request
+        url = change.url if isinstance(change, Attach) else fetch.url if fetch is not None else None
+        stripe = record.policy.stripe
+        if url is not None and stripe is not None and (fetch is None or stripe != record.fetching_stripe):
+            record.fetch_stripe(url, stripe, **self._fetch_options())
+
+    def _apply_to_web_seed(self, record: SwarmTorrent, change: Attach | Detach | Replace | None,
+                           tick: tuple[float, lt.torrent_status, Observation] | None) -> None:
+        """The origin decision for libtorrent's web seed: add it (at once, for a download
+        that holds nothing yet), remove it, or replace its URL."""
+        handle = record.handle
+        if isinstance(change, Attach):
+            assert tick is not None
+            _, st, _ = tick
+            # Not for a private version: a peer's TLS session belongs to the torrent it was
+            # made with, and libtorrent cuts it from the torrent added again.
+            if (self.config.trackers and st.total_payload_download == 0 and not record.seeding
+                    and not any(st.pieces) and not record.info.ssl_cert()):
+                self._attach_at_once(record, change.url)
+            else:
+                handle.add_url_seed(change.url)
+        elif isinstance(change, Detach):
+            with contextlib.suppress(RuntimeError):
+                if change.reason is not None:
+                    record.snapshot(origin_attached=True)  # count the web seed's bytes before it closes
+                handle.remove_url_seed(change.url)
         elif isinstance(change, Replace):
             record.snapshot(origin_attached=True)
             handle.remove_url_seed(change.old)
             handle.add_url_seed(change.new)
-            log.info("%s: origin URL refreshed", record.label)
-        fetch = record.stripe_fetch
-        if fetch is not None and decision.stripe is not None and decision.stripe != record.fetching_stripe:
-            record.fetch_stripe(fetch.url, decision.stripe, **self._fetch_options())  # moved on
 
     def _fetch_options(self) -> dict[str, Any]:
         """How stripe fetches go: all paced together (:attr:`_stripe_pace`), with the
