@@ -37,7 +37,7 @@ import logging
 import random
 import string
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -704,7 +704,7 @@ class Swarm:
             fleet_peer_ids=fleet_ids,
             fleet_known=self._swarm_size > 0,
         )
-        self._check_fetch(record, now)
+        self._check_fetch(record, now, st.pieces)
         decision = record.policy.step(observation, record.link)
         self._apply(record, decision, (now, st, observation))
 
@@ -789,11 +789,11 @@ class Swarm:
         agent's User-Agent."""
         return {"pace": self._stripe_pace, "user_agent": self.config.user_agent}
 
-    def _check_fetch(self, record: SwarmTorrent, now: float) -> None:
+    def _check_fetch(self, record: SwarmTorrent, now: float, have: Sequence[bool]) -> None:
         """A stripe fetch that failed is an origin error (the policy backs off and tries
         again with a fresh URL after ``origin_retry_s``)."""
         fetch = record.stripe_fetch
-        trouble = None if fetch is None else record.fetch_trouble(now)
+        trouble = None if fetch is None else record.fetch_trouble(now, have)
         if fetch is None or trouble is None:
             return
         log.warning("%s: origin failed: %s", record.label, trouble)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -153,11 +154,12 @@ class SwarmTorrent:
             fetch.cancel()
             self.fetched_before += fetch.received
 
-    def fetch_trouble(self, now: float) -> str | None:
+    def fetch_trouble(self, now: float, have: Sequence[bool]) -> str | None:
         """Why the stripe fetch failed, checked at every poll: its error, or pieces still
         missing :data:`FETCH_SETTLE_S` after it handed over its last one for the
         :data:`FETCH_ATTEMPTS`-th time (a fetch that ended with pieces missing before that
-        is started again). None while it runs or when it went well."""
+        is started again; ``have``: the torrent's pieces as just read). None while it runs
+        or when it went well."""
         fetch = self.stripe_fetch
         if fetch is None or not fetch.done:
             return None
@@ -165,7 +167,7 @@ class SwarmTorrent:
             return fetch.error
         if self._fetch_ended_at is None:
             self._fetch_ended_at = now
-        missing = [p for p in fetch.wanted if not self.handle.have_piece(p)]
+        missing = [p for p in fetch.wanted if p >= len(have) or not have[p]]
         if not missing or now - self._fetch_ended_at < FETCH_SETTLE_S:
             return None
         if self._fetch_attempts >= FETCH_ATTEMPTS:

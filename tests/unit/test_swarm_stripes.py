@@ -124,6 +124,53 @@ def test_stripes_fetched_by_ranges_request_each_piece_from_the_origin_once(
     assert status.bytes_from_peers == 0
 
 
+class _Zeros(BaseHTTPRequestHandler):
+    """Answers every range with zeros of the right length: pieces that fail their hash."""
+
+    requests = 0
+
+    def do_GET(self) -> None:
+        first, last = (int(v) for v in self.headers["Range"].removeprefix("bytes=").split("-"))
+        type(self).requests += 1
+        self.send_response(206)
+        self.send_header("Content-Length", str(last - first + 1))
+        self.send_header("Content-Range", f"bytes {first}-{last}/{PIECES * PIECE}")
+        self.end_headers()
+        self.wfile.write(bytes(last - first + 1))
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_pieces_that_fail_their_hash_are_fetched_again_then_the_origin_counts_as_failed(
+        torrent: bytes, tmp_path: Path) -> None:
+    """A stripe whose pieces never pass their hash check is fetched three times (each 2 s
+    after the last handed its pieces over), then the origin is an origin error: off."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Zeros)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    clock = Clock()
+    swarm = Swarm(_striped("ranges"), clock=clock)
+    try:
+        swarm.start_download(1, torrent, tmp_path / "download",
+                             _factory(f"http://127.0.0.1:{server.server_port}/filter.bsf"))
+        _poll_until(swarm, lambda: swarm.origin_in_use(1), "the origin on")
+
+        def tick() -> bool:
+            clock.now += 0.5
+            return not swarm.origin_in_use(1)
+
+        _poll_until(swarm, tick, "the origin off after three fetches of bad pieces")
+        status = swarm.status(1)
+        assert status is not None and status.progress == 0.0 and status.hash_failures == 3 * 8
+        assert _Zeros.requests == 3 * 4  # the stripe: 4 runs of 2 pieces, fetched 3 times
+    finally:
+        swarm.close()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 def test_a_stripe_fetch_that_fails_turns_the_origin_off(
         ranged: Swarm, torrent: bytes, tmp_path: Path, failing_origin: str) -> None:
     ranged.start_download(1, torrent, tmp_path / "download", _factory(failing_origin))
