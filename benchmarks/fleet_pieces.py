@@ -13,10 +13,12 @@ seeds: ``fleet_known``), the connected peers' ids (each agent's rank is
 peer id, as in the agent). The :class:`Decision` is applied (web seed on or off, piece
 priorities). Time advances in ticks of ``dt``:
 
-- the origin's cap (``origin_bps``) is shared equally among the agents whose web seed is
+- the origin's cap (``origin_bps``) is shared equally among the agents whose origin is
   on, at most ``origin_connection_bps`` each; each takes it first from its download
-  budget (``origin_download_priority``); the web seed fetches the top-priority pieces
-  first, then any piece of priority > 0, rarest first;
+  budget (``origin_download_priority``); an agent on a stripe fetches only the stripe's
+  pieces (``origin_stripe_fetch = "ranges"``, the agent's default: no priorities set),
+  or with ``"web_seed"`` the top-priority pieces first, then any piece of priority > 0,
+  rarest first; an agent on the origin for any piece fetches any, rarest first;
 - each agent uploads at ``upload_bps``, split equally among up to ``unchoke_slots``
   interested neighbours, within each receiver's remaining ``download_bps``; a receiver
   finishes pieces it has started first, then picks the rarest (in the fleet) that the
@@ -192,6 +194,7 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
                 cand[piece] = False
         return given
 
+    by_ranges = r.swarm.origin_stripe_fetch == "ranges" and r.swarm.origin_stripes > 1
     while t < limit_s and any(s == float("inf") for s in swapped):
         t = round(t + r.dt, 9)
         # Joins and connections.
@@ -232,7 +235,7 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
             decision = policy.step(obs, link)
             if decision.reannounce:
                 announce(agent, t)
-            if decision.priorities is not None:
+            if decision.priorities is not None and not by_ranges:  # as the shell: none by ranges
                 agent.priorities = np.array(decision.priorities, dtype=np.int8)
                 if (agent.priorities == 4).all():
                     agent.priorities = None
@@ -258,7 +261,12 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
                 i = agent.index
                 missing = 1 - have[i]
                 prio = agent.priorities
-                if prio is not None:
+                assert agent.policy is not None  # the origin goes on by its decision
+                stripes, stripe = agent.policy.stripes, agent.policy.stripe
+                if by_ranges and stripes is not None and stripe is not None:
+                    top = missing & np.frombuffer(stripes.mask(stripe).unpack(), dtype=np.uint8)
+                    rest = np.zeros_like(missing)
+                elif prio is not None:
                     top = missing & (prio == prio.max()).astype(np.uint8)
                     rest = missing & (prio > 0).astype(np.uint8)
                 else:
