@@ -31,6 +31,7 @@ from .transfer import (
     TransferKey,
     TransferState,
     TransferStatus,
+    describe_origin_error,
     key_base,
     key_label,
     key_order,
@@ -226,7 +227,7 @@ class DirectTransfer:
             except _Stopped:
                 return
             except Exception as exc:  # HTTP, socket, file and URL-factory errors alike
-                error = _describe(exc)
+                error = describe_origin_error(exc)
                 log.info("direct download of %s failed (attempt %d): %s", key_label(job.key), attempt, error)
                 if attempt == _ATTEMPTS or not _transient(exc) or job.stop.wait(0.5 * attempt):
                     break
@@ -299,12 +300,6 @@ def _transient(exc: BaseException) -> bool:
     return True
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return str(exc) or type(exc).__name__
 
 
 __all__ = ["DirectTransfer"]

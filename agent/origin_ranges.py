@@ -22,10 +22,11 @@ import http.client
 import logging
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from .transfer import describe_origin_error
 
 log = logging.getLogger("bloomswarm.swarm")
 
@@ -147,7 +148,7 @@ class StripeFetch:
                 self._fetch_run(first, last)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if not self._cancelled.is_set():
-                self.error = _describe(exc)
+                self.error = describe_origin_error(exc)
         finally:
             self._done.set()
 
@@ -187,9 +188,3 @@ class StripeFetch:
         return b"".join(chunks)
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, urllib.error.URLError):
-        return str(exc.reason)
-    return str(exc) or type(exc).__name__

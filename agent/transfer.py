@@ -29,6 +29,7 @@ peers connected to it stay connected, where removing and seeding it again would 
 from __future__ import annotations
 
 import os
+import urllib.error
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,15 @@ class OriginURL:
 
 OriginURLFactory = Callable[[], OriginURL]
 """Returns a (fresh) origin URL for one version's file."""
+
+
+def describe_origin_error(exc: BaseException) -> str:
+    """One line for a failed request to the origin: the HTTP status, or the reason."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return str(exc) or type(exc).__name__
 
 
 @dataclass(frozen=True)
