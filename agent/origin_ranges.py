@@ -10,20 +10,24 @@ keeps its request in flight. In a 256 MiB filter's 14 MiB delta dealt into 14 st
 docs/benchmarks/delta-rollout.md).
 
 :class:`StripeFetch` fetches exactly the stripe's missing pieces instead: one ``Range``
-GET per run of consecutive missing pieces, each whole piece handed to ``deliver`` (the
-shell's ``torrent_handle.add_piece``: libtorrent checks its hash and tells the peers)
-as soon as it is in. It runs on a thread of its own; :meth:`StripeFetch.cancel` stops it
-between two reads. Pure HTTP, no libtorrent.
+GET per run of consecutive missing pieces, each whole piece checked against its SHA-1
+from the torrent and handed to ``deliver`` (the shell's ``torrent_handle.add_piece``:
+libtorrent checks it again and tells the peers) as soon as it is in. A piece that fails
+the check is never handed over, so bad bytes from the origin never enter libtorrent's
+handling of failed pieces (which blames the peers that sent parts of one). It runs on a
+thread of its own; :meth:`StripeFetch.cancel` stops it between two reads. Pure HTTP, no
+libtorrent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import logging
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .transfer import describe_origin_error
@@ -91,18 +95,22 @@ class Pace:
 class StripeFetch:
     """One stripe's missing pieces, fetched from ``url`` on a thread of its own.
 
-    ``wanted``: the pieces to fetch; ``missing``: asked again before each run (pieces
-    that arrived from peers in the meantime are skipped); ``deliver(piece, data)`` is
-    called on the fetch's thread with each whole piece. After :meth:`start`, read
-    :attr:`done`, :attr:`error` and :attr:`received` from any thread.
+    ``wanted``: the pieces to fetch, each with its SHA-1 (``piece_hashes``; None: not
+    checked); ``missing``: asked before the first run (pieces that arrived from peers in
+    the meantime are skipped); ``deliver(piece, data)`` is called on the fetch's thread
+    with each whole piece that passed its check. After :meth:`start`, read :attr:`done`,
+    :attr:`error` and :attr:`received`, and :meth:`take_bad_pieces`, from any thread.
     """
 
     def __init__(self, url: str, wanted: Sequence[int], geometry: PieceGeometry, *,
                  missing: Callable[[int], bool], deliver: Callable[[int, bytes], None],
+                 piece_hashes: Mapping[int, bytes] | None = None,
                  pace: Pace | None = None, user_agent: str = "bloomswarm", timeout_s: float = 30.0) -> None:
         self.url = url
         """The origin URL; a refreshed one set here is used from the next request on."""
         self.wanted = tuple(sorted(set(wanted)))
+        self._hashes = piece_hashes
+        self._bad: list[int] = []
         self._geometry = geometry
         self._missing = missing
         self._deliver = deliver
@@ -128,6 +136,12 @@ class StripeFetch:
     def done(self) -> bool:
         """The fetch ended: every wanted piece handed over, an error, or a cancel."""
         return self._done.is_set()
+
+    def take_bad_pieces(self) -> list[int]:
+        """Pieces that failed their check since the last call (not handed over)."""
+        with self._lock:
+            bad, self._bad = self._bad, []
+        return bad
 
     def start(self) -> StripeFetch:
         self._thread.start()
@@ -165,6 +179,10 @@ class StripeFetch:
                 data = self._read(response, self._geometry.piece_bytes(piece))
                 if data is None:
                     return  # cancelled
+                if self._hashes is not None and hashlib.sha1(data).digest() != self._hashes.get(piece):
+                    with self._lock:
+                        self._bad.append(piece)
+                    continue
                 try:
                     self._deliver(piece, data)
                 except RuntimeError as exc:  # the torrent left the session meanwhile

@@ -792,6 +792,9 @@ class Swarm:
     def _check_fetch(self, record: SwarmTorrent, now: float, have: Sequence[bool]) -> None:
         """A stripe fetch that failed is an origin error (the policy backs off and tries
         again with a fresh URL after ``origin_retry_s``)."""
+        for piece in record.count_bad_pieces():
+            log.warning("%s: piece %d from the origin failed its hash check (not handed to libtorrent)",
+                        record.label, piece)
         fetch = record.stripe_fetch
         trouble = None if fetch is None else record.fetch_trouble(now, have)
         if fetch is None or trouble is None:

@@ -136,6 +136,7 @@ class SwarmTorrent:
             url, wanted, geometry,
             missing=lambda piece: not handle.have_piece(piece),
             deliver=lambda piece, data: handle.add_piece(piece, data, 0),
+            piece_hashes={piece: bytes(info.hash_for_piece(piece)) for piece in wanted},
             pace=pace, user_agent=user_agent,
         ).start()
         self._fetch_stripe = stripe
@@ -153,6 +154,14 @@ class SwarmTorrent:
         if fetch is not None:
             fetch.cancel()
             self.fetched_before += fetch.received
+            self.hash_failures += len(fetch.take_bad_pieces())
+
+    def count_bad_pieces(self) -> list[int]:
+        """Pieces of the fetch under way that failed their check since the last call,
+        counted as hash failures."""
+        bad = [] if self.stripe_fetch is None else self.stripe_fetch.take_bad_pieces()
+        self.hash_failures += len(bad)
+        return bad
 
     def fetch_trouble(self, now: float, have: Sequence[bool]) -> str | None:
         """Why the stripe fetch failed, checked at every poll: its error, or pieces still

@@ -3,6 +3,7 @@ HTTP origin on loopback, which logs every range it answers."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 import time
@@ -180,3 +181,16 @@ def test_a_piece_that_cannot_be_handed_over_ends_the_fetch(origin: Origin) -> No
     fetch = StripeFetch(origin.url("filter.bsf"), [0], GEOMETRY, missing=lambda p: True, deliver=refuse)
     fetch.start().join(10)
     assert fetch.done and "could not be handed over" in (fetch.error or "")
+
+
+def test_a_piece_that_fails_its_sha1_is_not_handed_over_and_is_reported(origin: Origin) -> None:
+    hashes = {p: hashlib.sha1(_piece(p)).digest() for p in (3, 4)}
+    hashes[4] = bytes(20)  # the torrent says otherwise: the origin's piece 4 is "bad"
+    got: dict[int, bytes] = {}
+    fetch = StripeFetch(origin.url("filter.bsf"), [3, 4], GEOMETRY, missing=lambda p: True,
+                        deliver=got.__setitem__, piece_hashes=hashes)
+    fetch.start().join(10)
+    assert fetch.done and fetch.error is None
+    assert got == {3: _piece(3)}
+    assert fetch.take_bad_pieces() == [4]
+    assert fetch.take_bad_pieces() == []
