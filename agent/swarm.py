@@ -256,7 +256,7 @@ class Swarm:
                 self._present_certificate(record.handle, record.info)
         now = self._clock()
         records = list(self._torrents.values())
-        if all(r.complete and r.policy.attached is None and r.stripe_fetch is None for r in records):
+        if all(r.settled for r in records):
             return  # only complete files, no web seed: no decision to take, nothing to count
         self._swarm_size_now = 0
         self._fleet_now = {}

@@ -119,6 +119,12 @@ class SwarmTorrent:
         """libtorrent's web seed is attached (the origin is on, not as a stripe fetch)."""
         return self.policy.attached is not None and self.stripe_fetch is None
 
+    @property
+    def settled(self) -> bool:
+        """Complete as of the last read, and the origin off (no web seed, no stripe fetch):
+        nothing left to decide or count for it."""
+        return self.complete and self.policy.attached is None and self.stripe_fetch is None
+
     # --- the origin stripe fetched by range requests ------------------------------------------
 
     def fetch_stripe(self, url: str, stripe: int, *, pace: Pace, user_agent: str) -> None:
@@ -131,7 +137,7 @@ class SwarmTorrent:
         self.stop_fetch()
         handle, info = self.handle, self.info
         geometry = PieceGeometry(info.num_pieces(), info.piece_length(), int(info.total_size()))
-        wanted = [i for i in range(stripes.pieces) if stripes.stripe_of(i) == stripe]
+        wanted = list(stripes.mask(stripe).search(1))
         self.stripe_fetch = StripeFetch(
             url, wanted, geometry,
             missing=lambda piece: not handle.have_piece(piece),
@@ -218,7 +224,7 @@ class SwarmTorrent:
         change: it is read with one status call (no piece lists, no per-connection read),
         its peers counted by libtorrent; what an idle, seeding agent pays per tick."""
         try:
-            if self.complete and self.policy.attached is None and self.stripe_fetch is None:
+            if self.settled:
                 st = self.handle.status(0)
                 if st.is_seeding:
                     return self._from_status(st, int(st.num_peers))
