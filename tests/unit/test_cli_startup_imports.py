@@ -76,8 +76,9 @@ def test_help_loads_no_numpy_and_no_command_backend(workdir: Path) -> None:
 
 
 def test_the_probe_sees_heavy_modules_when_a_command_loads_them(workdir: Path) -> None:
-    """The check can fail: a command that talks to a bucket does load boto3."""
+    """The check can fail: a command that talks to a bucket does load botocore (boto3's
+    core; the store makes its client without boto3's resource layer)."""
     code, modules = loaded_after(["versions", "--bucket", "filters", "--endpoint-url", "http://127.0.0.1:1"],
                                  workdir)
     assert code == 1
-    assert {"boto3", "botocore"} <= _top_level(modules)
+    assert "botocore" in _top_level(modules)
