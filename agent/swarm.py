@@ -40,14 +40,12 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import libtorrent as lt
 
 from bloomswarm.common.errors import CertificateError, FormatError
-from bloomswarm.common.tls_identity import TlsIdentity, ca_fingerprint
 
-from .certificates import CertificateStore
 from .config import SwarmConfig
 from .origin_peer_class import OriginPeerClass
 from .origin_policy import Attach, Decision, Detach, Observation, OriginPolicy, Replace
@@ -65,6 +63,11 @@ from .transfer import (
     key_scope,
     same_file,
 )
+
+if TYPE_CHECKING:  # x509 and the certificates are loaded only by an agent that has some
+    from bloomswarm.common.tls_identity import TlsIdentity
+
+    from .certificates import CertificateStore
 
 __all__ = ["Swarm", "SwarmConfig", "session_settings"]
 
@@ -92,8 +95,10 @@ class Swarm:
         self.config = config or SwarmConfig()
         self._clock = clock
         self._rng = rng or random.Random()
-        self.certificates = (CertificateStore(self.config.certificate_dirs, clock=clock)
-                             if self.config.certificate_dirs else None)
+        self.certificates: CertificateStore | None = None
+        if self.config.certificate_dirs:
+            from .certificates import CertificateStore  # x509: only with certificates
+            self.certificates = CertificateStore(self.config.certificate_dirs, clock=clock)
         """This agent's certificates for private versions (None: it joins public swarms
         only). Loaded before the session starts: CertificateError stops the agent."""
         self._relay = OriginRelay(user_agent=self.config.user_agent)
@@ -529,6 +534,8 @@ class Swarm:
             return None
         identity = self.certificates.for_ca(ca.encode("ascii")) if self.certificates else None
         if identity is None:
+            from bloomswarm.common.tls_identity import ca_fingerprint  # x509: a private torrent
+
             held = "none configured (swarm.certificate_dirs)" if self.certificates is None else \
                 ", ".join(i.subject for i in self.certificates.identities)
             raise CertificateError(f"a private version of CA {ca_fingerprint(ca)[:16]}..., and "

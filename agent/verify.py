@@ -41,7 +41,6 @@ from bloomswarm.common.errors import CheckFailed, FormatError
 from bloomswarm.common.file_hash import file_sha256
 from bloomswarm.common.header import FilterHeader, read_header
 from bloomswarm.common.manifest import Manifest
-from bloomswarm.common.tls_identity import ca_fingerprint
 
 from .transfer import TransferStatus
 
@@ -88,6 +87,17 @@ def read_torrent(torrent: bytes) -> TorrentSummary:
     return summary
 
 
+def _ca_sha256(root_cert: str) -> str:
+    """The fingerprint of a private torrent's CA; CheckFailed when it is no certificate.
+    (x509 is loaded here, by an agent that meets a private torrent, not by every agent.)"""
+    from bloomswarm.common.tls_identity import ca_fingerprint
+
+    try:
+        return ca_fingerprint(root_cert)
+    except FormatError as exc:
+        raise CheckFailed("torrent", f"the torrent's CA certificate: {exc}") from exc
+
+
 def _parse_torrent(torrent: bytes) -> TorrentSummary:
     try:
         info = lt.torrent_info(torrent)
@@ -97,10 +107,7 @@ def _parse_torrent(torrent: bytes) -> TorrentSummary:
         root_cert = str(info.ssl_cert())
     except (RuntimeError, TypeError, ValueError) as exc:
         raise CheckFailed("torrent", f"not a valid torrent: {exc}") from exc
-    try:
-        ca_sha256 = ca_fingerprint(root_cert) if root_cert else None
-    except FormatError as exc:
-        raise CheckFailed("torrent", f"the torrent's CA certificate: {exc}") from exc
+    ca_sha256 = _ca_sha256(root_cert) if root_cert else None
     if len(names) != 1:
         raise CheckFailed("torrent", f"the torrent holds {len(names)} files, expected one")
     return TorrentSummary(

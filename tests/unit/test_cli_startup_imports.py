@@ -82,3 +82,32 @@ def test_the_probe_sees_heavy_modules_when_a_command_loads_them(workdir: Path) -
                                  workdir)
     assert code == 1
     assert "botocore" in _top_level(modules)
+
+
+_AGENT_PROBE = """
+import json, sys
+import bloomswarm.agent.daemon, bloomswarm.agent.direct, bloomswarm.agent.filter_set
+import bloomswarm.agent.size_routed_transfer, bloomswarm.agent.swarm, bloomswarm.agent_commands
+from bloomswarm.common.s3_config import S3Config
+from bloomswarm.common.s3_store import S3ObjectStore
+store = S3ObjectStore(S3Config(bucket="filters", endpoint_url="http://127.0.0.1:1", region="us-east-1"))
+store.presigned_get_url("latest.json", 60)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_an_agent_without_certificates_loads_neither_x509_nor_boto3(tmp_path: Path) -> None:
+    """What an idle agent holds in memory: its S3 client is botocore's (no boto3 resource
+    layer, s3transfer or multiprocessing), and x509 is loaded only for private versions
+    (about 3 and 1.3 MiB of an idle agent's USS, benchmarks/agent_cost.py)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BLOOMSWARM_", "AWS_"))}
+    env |= {"AWS_ACCESS_KEY_ID": "probe", "AWS_SECRET_ACCESS_KEY": "probe",
+            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
+    done = subprocess.run([sys.executable, "-c", _AGENT_PROBE], cwd=tmp_path, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    assert {"libtorrent", "botocore", "bloomswarm.agent.swarm"} <= modules | _top_level(modules)
+    assert "boto3" not in _top_level(modules)
+    assert not {m for m in modules if m.startswith("cryptography.x509")}
+    assert "bloomswarm.common.tls_identity" not in modules
