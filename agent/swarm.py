@@ -96,11 +96,11 @@ class Swarm:
         self._clock = clock
         self._rng = rng or random.Random()
         self.certificates: CertificateStore | None = None
+        """This agent's certificates for private versions (None: it joins public swarms
+        only). Loaded before the session starts: CertificateError stops the agent."""
         if self.config.certificate_dirs:
             from .certificates import CertificateStore  # x509: only with certificates
             self.certificates = CertificateStore(self.config.certificate_dirs, clock=clock)
-        """This agent's certificates for private versions (None: it joins public swarms
-        only). Loaded before the session starts: CertificateError stops the agent."""
         self._relay = OriginRelay(user_agent=self.config.user_agent)
         """Serves private versions' HTTPS origin URLs to libtorrent over loopback."""
         self.refusals = RefusalLog()

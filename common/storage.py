@@ -2,11 +2,11 @@
 
 - :mod:`.object_store`: the :class:`ObjectStore` protocol, its value types and limits;
 - :mod:`.s3_config`: :class:`S3Config` and ``s3://`` URLs;
-- :mod:`.s3_store`: :class:`S3ObjectStore` over boto3 (every botocore error translated);
+- :mod:`.s3_store`: :class:`S3ObjectStore` over botocore, boto3's core (every botocore error translated);
 - :mod:`.memory_store`: :class:`MemoryObjectStore`, the in-memory twin for fast tests.
 
 The names of :mod:`.s3_store` are loaded on first use, so that importing this module
-(every config does, for :class:`S3Config`) does not import boto3.
+(every config does, for :class:`S3Config`) does not import botocore.
 """
 
 from typing import TYPE_CHECKING
@@ -34,7 +34,7 @@ _S3_STORE_NAMES = frozenset({"MAX_PARTS", "S3ObjectStore", "translate_boto_error
 if not TYPE_CHECKING:  # the type checker sees the imports above
 
     def __getattr__(name: str) -> object:
-        """The :mod:`.s3_store` names, imported (with boto3) on first use."""
+        """The :mod:`.s3_store` names, imported (with botocore) on first use."""
         if name in _S3_STORE_NAMES:
             from . import s3_store
 
