@@ -260,6 +260,15 @@ class Origin(Service):
         with self._lock:
             return [r for r in self._payload_log if r.at >= since]
 
+    def wait_for_payload_requests(self, count: int, timeout_s: float = 5.0) -> list[PayloadRequest]:
+        """:meth:`payload_requests` once at least ``count`` are logged, or after
+        ``timeout_s``. An answer is logged just after its last byte went out, so a client
+        can hold every byte before the log has its request."""
+        deadline = time.monotonic() + timeout_s
+        while len(requests := self.payload_requests()) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return requests
+
     def _add_get(self, path: str) -> None:
         with self._lock:
             self._gets[urlsplit(path).path] += 1

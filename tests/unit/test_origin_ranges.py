@@ -93,7 +93,7 @@ def test_a_fetch_requests_one_range_per_run_of_missing_pieces_and_delivers_whole
     fetch.start().join(10)
     assert fetch.done and fetch.error is None
     assert got == {p: _piece(p) for p in (1, 3, 5, 8, 9)}
-    assert sorted((r.first, r.last) for r in origin.payload_requests()) == [
+    assert sorted((r.first, r.last) for r in origin.wait_for_payload_requests(4)) == [
         GEOMETRY.byte_range(1, 1), GEOMETRY.byte_range(3, 3), GEOMETRY.byte_range(5, 5),
         GEOMETRY.byte_range(8, 9)]
     assert fetch.received == sum(len(d) for d in got.values())

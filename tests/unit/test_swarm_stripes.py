@@ -115,7 +115,7 @@ def test_stripes_fetched_by_ranges_request_each_piece_from_the_origin_once(
     _poll_until(ranged, lambda: (st := ranged.status(1)) is not None and st.finished, "the file complete")
     fetched = (tmp_path / "download" / "filter.bsf").read_bytes()
     assert fetched == (tmp_path / "seed" / "filter.bsf").read_bytes()
-    requests = origin.payload_requests()
+    requests = origin.wait_for_payload_requests(PIECES // 2)
     ranges = sorted((r.first, r.last) for r in requests)
     assert sum(r.sent for r in requests) == PIECES * PIECE
     assert ranges == [(run * 2 * PIECE, (run * 2 + 2) * PIECE - 1) for run in range(PIECES // 2)]
