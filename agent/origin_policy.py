@@ -67,7 +67,10 @@ back at once when someone else does.
    owner may still be on its first piece). With no stripe to take it waits until peers delivered
    nothing for ``STALL_FACTOR * origin_starved_s``, then takes the origin for any piece.
    On a stripe that a peer further ahead also fetches, it moves to another free stripe or
-   leaves (the back-off); on a complete stripe, it takes the next free one or leaves.
+   leaves (the back-off); on a complete stripe, it takes the next free one or leaves. With
+   every agent of the swarm in sight and no more agents than stripes, the agent in place
+   *p* of *n* moves on first along its *lane*, the unclaimed stripes ``s`` with ``s % n ==
+   p``, at once (no other agent in the same view takes them).
 6. The web seed is removed when the download finishes or fails; whenever it goes off,
    every piece is back at the default priority.
 
@@ -540,18 +543,49 @@ class OriginPolicy:
         if stripe is None:
             return None
         if origin_stripes.yields(stripes, have, peers, stripe, self._stripe_base):
-            free = [s for s in self._free_stripes(now, moving_on=self._whole_fleet_in_sight(obs))
-                    if s != stripe]
-            if free:  # the web seed stays, on another stripe
-                return self._set_stripe(self._pick_stripe(free, obs, moving_on=True), have, peers)
+            following = self._next_stripe(obs, leaving=stripe)
+            if following is not None:  # the web seed stays, on another stripe
+                return self._set_stripe(following, have, peers)
             return self._back_off(f"stripe {stripe} is fetched by another agent", now)
         if not origin_stripes.complete(stripes, have, stripe):
             return self._refresh(obs, link, self._set_stripe(stripe, have, peers))  # peers' new pieces
-        free = self._free_stripes(now, moving_on=self._whole_fleet_in_sight(obs))
-        if free:
-            return self._refresh(obs, link, self._set_stripe(self._pick_stripe(free, obs, moving_on=True),
-                                                             have, peers))
+        following = self._next_stripe(obs, leaving=stripe)
+        if following is not None:
+            return self._refresh(obs, link, self._set_stripe(following, have, peers))
         return self._back_off(f"stripe {stripe} is complete", now)
+
+    def _next_stripe(self, obs: Observation, *, leaving: int) -> int | None:
+        """The stripe to move on to off stripe ``leaving`` (complete, or left to a rival),
+        or None: none to take. The first unclaimed stripe of this agent's lane (see
+        :meth:`_lane`) at once; else a free stripe (:meth:`_pick_stripe`)."""
+        watch = self._watch
+        assert watch is not None
+        lane = self._lane(obs)
+        if lane is not None:
+            agents, place = lane
+            own = [s for s in watch.unclaimed() if s != leaving and s % agents == place]
+            if own:
+                return own[0]
+        free = [s for s in self._free_stripes(obs.now, moving_on=self._whole_fleet_in_sight(obs))
+                if s != leaving]
+        return self._pick_stripe(free, obs, moving_on=True) if free else None
+
+    def _lane(self, obs: Observation) -> tuple[int, int] | None:
+        """``(agents, place)`` when this download's place among the agents in sight is
+        exact and every agent of the swarm is in sight, with no more agents than stripes:
+        its lane is then the stripes ``s`` with ``s % agents == place``, which every other
+        agent in the same view leaves alone (stripe ``place`` is the one it took first).
+        In a fleet of fewer agents than stripes each agent moves on along its own lane,
+        where free stripes drawn at random collide (three agents drawing from five free
+        stripes: two draw the same one about half the time). None: no
+        lane (a back-off, agents out of sight, more agents than stripes)."""
+        watch = self._watch
+        if self._salt is None or self._backed_off or watch is None:
+            return None
+        agents = len(self._known(obs)) + 1
+        if agents < max(obs.swarm_size, len(obs.peers) + 1) or agents > watch.stripes.stripes:
+            return None
+        return agents, int(self.position(obs)) % agents
 
     def _pick_stripe(self, free: list[int], obs: Observation, *, moving_on: bool = False) -> int:
         """The free stripe to take when the origin goes on, or to move on to

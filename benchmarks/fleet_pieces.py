@@ -195,6 +195,10 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
         return given
 
     by_ranges = r.swarm.origin_stripe_fetch == "ranges" and r.swarm.origin_stripes > 1
+    # The fleet size a running fleet's stripes are dealt for: the agent counts it only when
+    # it is connected to every other agent for the version seeded (Swarm._fleet_size),
+    # modelled as a fleet no larger than one tracker answer.
+    fleet_in_sight = r.agents if r.fleet_known and r.agents - 1 <= r.peer_list else 0
     while t < limit_s and any(s == float("inf") for s in swapped):
         t = round(t + r.dt, 9)
         # Joins and connections.
@@ -202,7 +206,8 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
             if agent.policy is None and agent.start_at <= t:
                 agent.policy = OriginPolicy(r.swarm, pieces=p, piece_length=r.piece_bytes,
                                             origin=True, now=t, rng=rng,
-                                            identity=(info_hash, agent.peer_id))
+                                            identity=(info_hash, agent.peer_id),
+                                            fleet_size=fleet_in_sight)
                 announce(agent, t)
                 in_swarm.append(agent.index)
             still = []

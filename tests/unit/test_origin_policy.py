@@ -528,3 +528,57 @@ def test_agents_whose_stripes_complete_together_move_on_to_different_free_stripe
     stripe_0, stripe_1 = [0, 1, 8, 9], [2, 3, 10, 11]
     assert first.step(seen(1.5, second_id, stripe_0, stripe_1), Link()).stripe == 2
     assert second.step(seen(1.5, first_id, stripe_1, stripe_0), Link()).stripe == 3
+
+
+def _three_in_sight(settings: SwarmConfig, *, fleet_size: int = 0) -> list[tuple[bytes, OriginPolicy]]:
+    """Three agents in line order (rank), each with its policy for a 16-piece version."""
+    ids = sorted(_ids_ranked(3, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    return [(own, policy(settings, identity=(INFO_HASH, own), fleet_size=fleet_size)) for own in ids]
+
+
+def _stripe_pieces(stripe: int) -> list[int]:
+    """The pieces of ``stripe`` in a 16-piece version dealt in runs of 2 into 8 stripes."""
+    return [2 * stripe, 2 * stripe + 1]
+
+
+def test_in_a_fresh_fleet_the_agents_move_on_along_their_own_lanes() -> None:
+    """Three agents in sight of each other, eight stripes: each takes the stripe of its
+    place, and once it is complete moves on to the next stripe of its lane (place mod 3),
+    so that no two take the same one (drawn at random, two of three would often collide)."""
+    settings = config(origin_stripes=8)
+    agents = _three_in_sight(settings)
+    ids = [own for own, _ in agents]
+
+    def seen(at: float, own: bytes, have: list[int], theirs: dict[bytes, list[int]]) -> Observation:
+        others = [i for i in ids if i != own]
+        return obs(at, announced=True, known_peers=3, swarm_size=3, fleet_known=False, have=bits(16, *have),
+                   peers=[(False, bits(16, *theirs.get(i, []))) for i in others], peer_ids=others)
+
+    for place, (own, download) in enumerate(agents):
+        download.step(seen(0.1, own, [], {}), Link())
+        download.step(seen(2.5, own, [], {}), Link())  # settled: one stagger after the answer
+        download.step(seen(6.0, own, [], {}), Link())  # every turn has come
+        assert download.stripe == place
+    first = {own: _stripe_pieces(place) for place, (own, _) in enumerate(agents)}
+    moved = [download.step(seen(7.0, own, first[own], first), Link()).stripe for own, download in agents]
+    assert moved == [3, 4, 5]
+
+
+def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_once() -> None:
+    """Three agents, eight stripes, the whole fleet in sight: an agent whose stripe is
+    complete 1 s after the start takes the next stripe of its lane at once, where a free
+    stripe would count only 3 x origin_starved_s after the start (it would back off)."""
+    settings = config(origin_stripes=8)
+    agents = _three_in_sight(settings, fleet_size=3)
+    ids = [own for own, _ in agents]
+
+    def seen(at: float, own: bytes, have: list[int], theirs: list[int]) -> Observation:
+        others = frozenset(i for i in ids if i != own)
+        return obs(at, announced=True, swarm_size=3, have=bits(16, *have),
+                   peers=[(False, bits(16, *theirs))], peer_ids=[min(others)], fleet_peer_ids=others)
+
+    for place, (own, download) in enumerate(agents):
+        assert download.step(seen(0.05, own, [], []), Link()).stripe == place  # at once
+    own, download = agents[1]
+    done = download.step(seen(1.0, own, _stripe_pieces(1), _stripe_pieces(0) + _stripe_pieces(2)), Link())
+    assert done.stripe == 4 and done.web_seed is None  # stays on the origin, next of its lane
