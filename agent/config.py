@@ -131,6 +131,11 @@ class SwarmConfig:
     """Agents that may fetch from the origin at once, each a disjoint stripe of the
     pieces ("fallback"; see agent/origin_stripes.py); a running fleet larger than this gets
     one stripe per agent (docs/origin-policy.md). 1: one agent at a time, all pieces."""
+    origin_stripes_per_agent_up_to: int = 64
+    """The largest running fleet dealt one stripe per agent (``max(origin_stripes, fleet
+    size)`` stripes); a larger fleet gets ``origin_stripes``. One stripe each needs every
+    agent to know its exact place, i.e. to see the whole fleet, and hundreds of agents on
+    the origin at once, each with an estimated place, collide (docs/fleet-scale.md)."""
     origin_stripe_fetch: StripeFetchMode = "ranges"
     """How an agent fetches its origin stripe. "ranges": HTTP range requests of exactly
     the stripe's missing pieces, each handed to libtorrent (agent/origin_ranges.py);
@@ -208,6 +213,8 @@ class SwarmConfig:
             raise ConfigError("swarm.origin_download_priority must be within 1..255")
         if self.origin_stripes < 1:
             raise ConfigError("swarm.origin_stripes must be at least 1")
+        if self.origin_stripes_per_agent_up_to < 0:
+            raise ConfigError("swarm.origin_stripes_per_agent_up_to must not be negative")
         if self.origin_request_bytes < BLOCK_SIZE:
             raise ConfigError(f"swarm.origin_request_bytes must be at least {BLOCK_SIZE}")
         if self.direct_max_bytes < 0:

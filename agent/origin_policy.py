@@ -59,7 +59,8 @@ back at once when someone else does.
    pieces nobody holds priority 0 (the agent p-th in line stripe p when it is free, else
    the p-th free stripe, so that agents starting together take different ones). There
    are ``origin_stripes`` stripes, or one per agent of a larger fleet in sight when the
-   download starts (``fleet_size``), at most one per piece: every agent of a running
+   download starts (``fleet_size``, up to ``origin_stripes_per_agent_up_to`` agents;
+   a larger fleet gets ``origin_stripes``), at most one per piece: every agent of a running
    fleet then fetches its own share from the origin and its upload spreads it, instead
    of a few agents' uploads carrying every fresh piece; with the whole fleet in sight, an
    agent placed beyond the stripes (a backup) counts a stripe nobody holds a piece of as
@@ -345,8 +346,9 @@ class OriginPolicy:
         # Stripes ("fallback" with more than one stripe).
         self._watch: StripeWatch | None = None
         if origin and config.origin_policy == "fallback" and config.origin_stripes > 1:
+            per_agent = fleet_size if fleet_size <= config.origin_stripes_per_agent_up_to else 0
             stripes = Stripes.for_torrent(pieces, piece_length, config.origin_request_bytes,
-                                          max(config.origin_stripes, fleet_size))
+                                          max(config.origin_stripes, per_agent))
             self._watch = StripeWatch(stripes, now)
         self._stripe: int | None = None
         """The stripe the web seed fetches first, or None: any piece (rarest first)."""

@@ -673,30 +673,13 @@ class Swarm:
 
     def _fleet_size(self) -> int:
         """The fleet's size as the trackers count it for the versions held here (complete
-        torrents), read now (an idle agent's polls do not read them), when this agent is
-        connected to every other agent of it for those versions; else 0.
-
-        A new version is dealt one origin stripe per agent of a fleet of this size
-        (:class:`~.origin_policy.OriginPolicy`), which works only when each agent knows its
-        exact place, i.e. sees the whole fleet. A fleet larger than an agent's connections
-        (hundreds of agents) gets ``origin_stripes`` stripes: with one stripe per agent
-        and estimated places, a piece-level model of 300 agents had every agent on the
-        origin at once and 1.7-5.1 copies of the file (docs/fleet-scale.md)."""
+        torrents), read now: an idle agent's polls do not read them."""
         size = 0
-        held = [r for r in self._torrents.values() if r.complete or r.seeding]
-        for record in held:
-            with contextlib.suppress(RuntimeError):
-                size = max(size, _tracker_count(record.handle.status()))
-        if size <= 1:
-            return size
-        seen: set[bytes] = set()
-        for record in held:
-            with contextlib.suppress(RuntimeError):
-                seen.update(pid for pid in (p.pid.to_bytes() for p in record.handle.get_peer_info()
-                                            if not is_web_seed(p)) if any(pid))
-            if len(seen) + 1 >= size:
-                return size
-        return 0
+        for record in self._torrents.values():
+            if record.complete or record.seeding:
+                with contextlib.suppress(RuntimeError):
+                    size = max(size, _tracker_count(record.handle.status()))
+        return size
 
     def _poll_torrent(self, record: SwarmTorrent, now: float) -> None:
         st, connections = record.snapshot()

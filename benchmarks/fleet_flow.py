@@ -214,7 +214,7 @@ def simulate(f: Fleet, *, cdn_edges: int = 0, limit_s: float = 7200.0) -> FleetO
             policy = policies.get(i)
             if policy is None:
                 policy = OriginPolicy(f.swarm, pieces=p, piece_length=int(unit), origin=True,
-                                      now=t, rng=draws[i])
+                                      now=t, rng=draws[i], fleet_size=n if f.fleet_known else 0)
                 policies[i] = policy
                 counted[i] = int(np.count_nonzero(joined))
                 named[i] = min(f.peer_list, counted[i] - 1)

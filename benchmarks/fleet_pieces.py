@@ -195,10 +195,9 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
         return given
 
     by_ranges = r.swarm.origin_stripe_fetch == "ranges" and r.swarm.origin_stripes > 1
-    # The fleet size a running fleet's stripes are dealt for: the agent counts it only when
-    # it is connected to every other agent for the version seeded (Swarm._fleet_size),
-    # modelled as a fleet no larger than one tracker answer.
-    fleet_in_sight = r.agents if r.fleet_known and r.agents - 1 <= r.peer_list else 0
+    # A running fleet's size, known from the version seeded (Swarm._fleet_size); the
+    # policy deals one stripe per agent up to ``origin_stripes_per_agent_up_to`` agents.
+    fleet_size = r.agents if r.fleet_known else 0
     while t < limit_s and any(s == float("inf") for s in swapped):
         t = round(t + r.dt, 9)
         # Joins and connections.
@@ -207,7 +206,7 @@ def simulate(r: Rollout, *, limit_s: float = 3600.0) -> Outcome:
                 agent.policy = OriginPolicy(r.swarm, pieces=p, piece_length=r.piece_bytes,
                                             origin=True, now=t, rng=rng,
                                             identity=(info_hash, agent.peer_id),
-                                            fleet_size=fleet_in_sight)
+                                            fleet_size=fleet_size)
                 announce(agent, t)
                 in_swarm.append(agent.index)
             still = []

@@ -582,3 +582,13 @@ def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_on
     own, download = agents[1]
     done = download.step(seen(1.0, own, _stripe_pieces(1), _stripe_pieces(0) + _stripe_pieces(2)), Link())
     assert done.stripe == 4 and done.web_seed is None  # stays on the origin, next of its lane
+
+
+def test_a_fleet_larger_than_the_per_agent_limit_gets_origin_stripes() -> None:
+    """One stripe per agent only up to ``origin_stripes_per_agent_up_to`` agents: a larger
+    running fleet's places are estimates, and hundreds of agents each taking a stripe at
+    once collide."""
+    settings = config(origin_stripes=4, origin_request_bytes=PIECE, origin_stripes_per_agent_up_to=32)
+    assert policy(settings, pieces=64, fleet_size=32).stripes == Stripes(pieces=64, run=1, stripes=32)
+    assert policy(settings, pieces=64, fleet_size=33).stripes == Stripes(pieces=64, run=1, stripes=4)
+    assert policy(settings, pieces=64, fleet_size=0).stripes == Stripes(pieces=64, run=1, stripes=4)

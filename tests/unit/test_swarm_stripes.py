@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from bloomswarm.agent import swarm as swarm_module
 from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.agent.origin_stripes import DEFAULT_PRIORITY, TOP_PRIORITY
 from bloomswarm.agent.swarm import Swarm
@@ -263,32 +262,6 @@ def test_a_new_versions_download_sees_the_agents_connected_for_the_version_seede
                              tmp_path / "download", _factory(SILENT_ORIGIN))
         _poll_until(agent, lambda: agent.fleet_in_sight() == {seeder.peer_id}, "the seeder in sight")
         assert agent.fleet_in_sight("another filter") == frozenset()
-    finally:
-        agent.close()
-        seeder.close()
-
-
-def test_a_fleet_is_dealt_one_stripe_per_agent_only_when_all_of_it_is_in_sight(
-        torrent: bytes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fleet size a new version's stripes are dealt for: the trackers' count when the
-    agent is connected to every other agent for the version it seeds, else 0 (a larger
-    fleet gets ``origin_stripes``: its places are estimates)."""
-    config = SwarmConfig(listen_interfaces="127.0.0.1:0", enable_dht=False, allow_private_origin=True)
-    seeder, agent = Swarm(config, clock=Clock()), Swarm(config, clock=Clock())
-    try:
-        seeder.seed(1, torrent, tmp_path / "seed")
-        agent.seed(1, torrent, tmp_path / "seed")
-        agent._torrents[1].handle.connect_peer(("127.0.0.1", seeder.listen_port()))
-        path = tmp_path / "v2" / "filter.bsf"
-        path.parent.mkdir()
-        path.write_bytes(bytes(PIECES * PIECE))
-        agent.start_download(2, make_torrent(path, piece_size=PIECE, progress=False).data,
-                             tmp_path / "download", _factory(SILENT_ORIGIN))
-        _poll_until(agent, lambda: agent.fleet_in_sight() == {seeder.peer_id}, "the seeder in sight")
-        monkeypatch.setattr(swarm_module, "_tracker_count", lambda status: 2)
-        assert agent._fleet_size() == 2  # both agents: each sees the other
-        monkeypatch.setattr(swarm_module, "_tracker_count", lambda status: 3)
-        assert agent._fleet_size() == 0  # a third agent out of sight
     finally:
         agent.close()
         seeder.close()
