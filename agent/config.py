@@ -129,8 +129,9 @@ class SwarmConfig:
     requests let agents that use the origin at the same time overlap less."""
     origin_stripes: int = 8
     """Agents that may fetch from the origin at once, each a disjoint stripe of the
-    pieces ("fallback"; see agent/origin_stripes.py); a running fleet larger than this gets
-    one stripe per agent (docs/origin-policy.md). 1: one agent at a time, all pieces."""
+    pieces ("fallback"; see agent/origin_stripes.py); a running fleet larger than this, up
+    to ``origin_stripes_per_agent_up_to`` agents, gets one stripe per agent
+    (docs/origin-policy.md). 1: one agent at a time, all pieces."""
     origin_stripes_per_agent_up_to: int = 64
     """The largest running fleet dealt one stripe per agent (``max(origin_stripes, fleet
     size)`` stripes); a larger fleet gets ``origin_stripes``. One stripe each needs every

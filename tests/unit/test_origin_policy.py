@@ -10,6 +10,8 @@ and the ranks of peer ids have tables of their own.
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.agent.origin_policy import (
@@ -562,6 +564,35 @@ def test_in_a_fresh_fleet_the_agents_move_on_along_their_own_lanes() -> None:
     first = {own: _stripe_pieces(place) for place, (own, _) in enumerate(agents)}
     moved = [download.step(seen(7.0, own, first[own], first), Link()).stripe for own, download in agents]
     assert moved == [3, 4, 5]
+
+
+@given(agents=st.integers(min_value=2, max_value=6), extra=st.integers(min_value=0, max_value=8))
+@settings(max_examples=30, deadline=None)
+def test_agents_with_one_view_move_on_to_distinct_stripes_of_their_lanes(agents: int, extra: int) -> None:
+    """Any fleet of ``agents`` in sight of each other and ``agents + extra`` stripes: each
+    takes the stripe of its place; when all complete at once, each agent whose lane holds
+    another stripe moves to it (place + agents), so none two take the same."""
+    stripes = agents + extra
+    settings_ = config(origin_stripes=stripes)
+    pieces = 2 * stripes
+    ids = sorted(_ids_ranked(agents, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    downloads = [policy(settings_, pieces=pieces, identity=(INFO_HASH, own)) for own in ids]
+    first = {own: [2 * place, 2 * place + 1] for place, own in enumerate(ids)}
+
+    def seen(at: float, own: bytes, have: list[int], theirs: dict[bytes, list[int]]) -> Observation:
+        others = [i for i in ids if i != own]
+        return obs(at, announced=True, known_peers=agents, swarm_size=agents, fleet_known=False,
+                   pieces=pieces, have=bits(pieces, *have),
+                   peers=[(False, bits(pieces, *theirs.get(i, []))) for i in others], peer_ids=others)
+
+    for place, (own, download) in enumerate(zip(ids, downloads, strict=True)):
+        for at in (0.1, 2.5, 6.0):
+            download.step(seen(at, own, [], {}), Link())
+        assert download.stripe == place
+    for own, download in zip(ids, downloads, strict=True):
+        download.step(seen(7.0, own, first[own], first), Link())
+    lanes = [place + agents for place in range(agents) if place + agents < stripes]
+    assert [d.stripe for d in downloads[:len(lanes)]] == lanes
 
 
 def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_once() -> None:
