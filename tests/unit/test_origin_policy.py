@@ -543,40 +543,14 @@ def _stripe_pieces(stripe: int) -> list[int]:
     return [2 * stripe, 2 * stripe + 1]
 
 
-def test_in_a_fresh_fleet_the_agents_move_on_along_their_own_lanes() -> None:
-    """Three agents in sight of each other, eight stripes: each takes the stripe of its
-    place, and once it is complete moves on to the next stripe of its lane (place mod 3),
-    so that no two take the same one (drawn at random, two of three would often collide)."""
-    settings = config(origin_stripes=8)
-    agents = _three_in_sight(settings)
-    ids = [own for own, _ in agents]
-
-    def seen(at: float, own: bytes, have: list[int], theirs: dict[bytes, list[int]]) -> Observation:
-        others = [i for i in ids if i != own]
-        return obs(at, announced=True, known_peers=3, swarm_size=3, fleet_known=False, have=bits(16, *have),
-                   peers=[(False, bits(16, *theirs.get(i, []))) for i in others], peer_ids=others)
-
-    for place, (own, download) in enumerate(agents):
-        download.step(seen(0.1, own, [], {}), Link())
-        download.step(seen(2.5, own, [], {}), Link())  # settled: one stagger after the answer
-        download.step(seen(6.0, own, [], {}), Link())  # every turn has come
-        assert download.stripe == place
-    first = {own: _stripe_pieces(place) for place, (own, _) in enumerate(agents)}
-    moved = [download.step(seen(7.0, own, first[own], first), Link()).stripe for own, download in agents]
-    assert moved == [3, 4, 5]
-
-
-@given(agents=st.integers(min_value=2, max_value=6), extra=st.integers(min_value=0, max_value=8))
-@settings(max_examples=30, deadline=None)
-def test_agents_with_one_view_move_on_to_distinct_stripes_of_their_lanes(agents: int, extra: int) -> None:
-    """Any fleet of ``agents`` in sight of each other and ``agents + extra`` stripes: each
-    takes the stripe of its place; when all complete at once, each agent whose lane holds
-    another stripe moves to it (place + agents), so none two take the same."""
-    stripes = agents + extra
-    settings_ = config(origin_stripes=stripes)
+def _fresh_fleet_moving_on(agents: int, stripes: int) -> list[int | None]:
+    """A fresh fleet of ``agents`` in sight of each other and ``stripes`` stripes of two
+    pieces: each agent takes the stripe of its place (asserted), then all complete their
+    stripes at the same tick; the stripes they move on to, in line order."""
     pieces = 2 * stripes
     ids = sorted(_ids_ranked(agents, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
-    downloads = [policy(settings_, pieces=pieces, identity=(INFO_HASH, own)) for own in ids]
+    downloads = [policy(config(origin_stripes=stripes), pieces=pieces, identity=(INFO_HASH, own))
+                 for own in ids]
     first = {own: [2 * place, 2 * place + 1] for place, own in enumerate(ids)}
 
     def seen(at: float, own: bytes, have: list[int], theirs: dict[bytes, list[int]]) -> Observation:
@@ -586,13 +560,31 @@ def test_agents_with_one_view_move_on_to_distinct_stripes_of_their_lanes(agents:
                    peers=[(False, bits(pieces, *theirs.get(i, []))) for i in others], peer_ids=others)
 
     for place, (own, download) in enumerate(zip(ids, downloads, strict=True)):
-        for at in (0.1, 2.5, 6.0):
-            download.step(seen(at, own, [], {}), Link())
+        download.step(seen(0.1, own, [], {}), Link())
+        download.step(seen(2.5, own, [], {}), Link())  # settled: one stagger after the answer
+        download.step(seen(6.0, own, [], {}), Link())  # every turn has come
         assert download.stripe == place
-    for own, download in zip(ids, downloads, strict=True):
-        download.step(seen(7.0, own, first[own], first), Link())
+    return [download.step(seen(7.0, own, first[own], first), Link()).stripe
+            for own, download in zip(ids, downloads, strict=True)]
+
+
+def test_in_a_fresh_fleet_the_agents_move_on_along_their_own_lanes() -> None:
+    """Three agents in sight of each other, eight stripes: each takes the stripe of its
+    place, and once it is complete moves on to the next stripe of its lane (place mod 3),
+    so that no two take the same one (drawn at random, two of three would often collide)."""
+    assert _fresh_fleet_moving_on(3, 8) == [3, 4, 5]
+
+
+@given(agents=st.integers(min_value=2, max_value=6), extra=st.integers(min_value=0, max_value=8))
+@settings(max_examples=30, deadline=None)
+def test_agents_with_one_view_move_on_to_distinct_stripes_of_their_lanes(agents: int, extra: int) -> None:
+    """Any fleet of ``agents`` in sight of each other and ``agents + extra`` stripes: each
+    takes the stripe of its place; when all complete at once, each agent whose lane holds
+    another stripe moves to it (place + agents), so none two take the same."""
+    stripes = agents + extra
+    moved = _fresh_fleet_moving_on(agents, stripes)
     lanes = [place + agents for place in range(agents) if place + agents < stripes]
-    assert [d.stripe for d in downloads[:len(lanes)]] == lanes
+    assert moved[:len(lanes)] == lanes
 
 
 def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_once() -> None:
