@@ -534,21 +534,22 @@ class LocalFleet(Service):
         every one at that moment (``announced_at``, just after the write)."""
         key = self._key()
         manifests: dict[str, Manifest] = {}
+        torrents: list[tuple[str, str | None]] = []  # whitelisted at once, before index.json moves
+
+        def allow(manifest: Manifest) -> None:
+            torrents.append((manifest.info_hash_v1, manifest.info_hash_v2))
+            torrents.extend((delta.info_hash_v1, delta.info_hash_v2) for delta in manifest.deltas)
+
         for name, builder in builders.items():
             folder = PrefixedStore(self.store, filter_prefix(name))
-
-            def allow(manifest: Manifest) -> None:
-                if self.tracker is not None:
-                    self.tracker.allow(manifest.info_hash_v1, manifest.info_hash_v2)
-                    for delta in manifest.deltas:
-                        self.tracker.allow(delta.info_hash_v1, delta.info_hash_v2)
-
             result = publish_filter(folder, self.publisher_config(deltas), builder, key,
                                     f"sandbox-{time.time_ns()}", force=True, progress=False,
                                     before_announce=allow)
             if result.status != "published":
                 raise FleetError(f"publish of filter {name!r} did not produce a version: {result.status}")
             manifests[name] = result.manifest
+        if self.tracker is not None and torrents:
+            self.tracker.allow_all(torrents)
         synced_from = time.time()
         sync_index(self.store, list(builders), key, PUBLISHER_ID)
         announced_at = time.time()  # index.json moved: its write was sync_index's last request

@@ -28,6 +28,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from bloomswarm.sandbox.processes import Service, free_port, stop_process, wait_for_http
@@ -144,18 +145,29 @@ class OpenTracker(Service):
     def allow(self, info_hash_v1: str, info_hash_v2: str | None = None, timeout: float = 10.0) -> None:
         """Whitelist a torrent (its v1 hex info-hash and the first 40 hex characters of
         its v2 one), SIGHUP the tracker and wait until it accepts announces for it."""
+        self.allow_all([(info_hash_v1, info_hash_v2)], timeout=timeout)
+
+    def allow_all(self, torrents: Iterable[tuple[str, str | None]], timeout: float = 10.0) -> None:
+        """Whitelist many torrents (v1, v2-or-None hex info-hashes, as :meth:`allow`) with
+        one rewrite of the list and one SIGHUP, and wait until announces for each are
+        accepted: a publisher of many filters makes one reload, not one per filter."""
         if self._process is None or self._dir is None:
             raise RuntimeError("opentracker is not running")
-        for value in (info_hash_v1, info_hash_v2[:40] if info_hash_v2 else None):
-            if value and value.lower() not in self._hashes:
-                self._hashes.append(value.lower())
+        wanted = [(v1, v2) for v1, v2 in torrents]
+        known = set(self._hashes)
+        for info_hash_v1, info_hash_v2 in wanted:
+            for value in (info_hash_v1, info_hash_v2[:40] if info_hash_v2 else None):
+                if value and value.lower() not in known:
+                    known.add(value.lower())
+                    self._hashes.append(value.lower())
         self._write_whitelist(self._dir)
         os.kill(self._process.pid, signal.SIGHUP)  # one is enough (see the module doc)
         deadline = time.monotonic() + timeout
-        while not self.accepts(info_hash_v1):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"opentracker did not whitelist {info_hash_v1}")
-            time.sleep(0.05)
+        for info_hash_v1, _ in wanted:
+            while not self.accepts(info_hash_v1):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"opentracker did not whitelist {info_hash_v1}")
+                time.sleep(0.05)
 
     def accepts(self, info_hash_hex: str) -> bool:
         """Whether an announce for the hash is accepted now (:func:`tracker_accepts`)."""

@@ -524,6 +524,17 @@ def test_tracker_sync_makes_opentracker_serve_exactly_the_retained_versions(buck
         _eventually(lambda: not tracker.accepts(manifests[0].info_hash_v1))
 
 
+@pytest.mark.skipif(shutil.which("opentracker") is None,
+                    reason="opentracker is not installed (scripts/test.sh installs it with apt-get as root)")
+def test_the_sandbox_tracker_whitelists_many_torrents_with_one_reload() -> None:
+    first, second, hybrid, v2, unknown = "a1" * 20, "b2" * 20, "c3" * 20, "d4" * 32, "e5" * 20
+    with OpenTracker() as tracker:
+        tracker.allow_all([(first, None), (second, None), (hybrid, v2), (first, None)])
+        assert tracker.whitelist.read_text().splitlines() == [first, second, hybrid, v2[:40]]
+        assert all(tracker.accepts(h) for h in (first, second, hybrid, v2[:40]))
+        assert not tracker.accepts(unknown)
+
+
 def _rehup_then_accepted(tracker: OpenTracker, info_hash_hex: str) -> bool:
     """Whether the hash is accepted; if not, SIGHUP the tracker again.
 
