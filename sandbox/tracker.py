@@ -153,7 +153,7 @@ class OpenTracker(Service):
         accepted: a publisher of many filters makes one reload, not one per filter."""
         if self._process is None or self._dir is None:
             raise RuntimeError("opentracker is not running")
-        wanted = [(v1, v2) for v1, v2 in torrents]
+        wanted = list(torrents)
         known = set(self._hashes)
         for info_hash_v1, info_hash_v2 in wanted:
             for value in (info_hash_v1, info_hash_v2[:40] if info_hash_v2 else None):

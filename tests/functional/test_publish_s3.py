@@ -526,7 +526,7 @@ def test_tracker_sync_makes_opentracker_serve_exactly_the_retained_versions(buck
 
 @pytest.mark.skipif(shutil.which("opentracker") is None,
                     reason="opentracker is not installed (scripts/test.sh installs it with apt-get as root)")
-def test_the_sandbox_tracker_whitelists_many_torrents_with_one_reload() -> None:
+def test_the_sandbox_tracker_whitelists_many_torrents_at_once() -> None:
     first, second, hybrid, v2, unknown = "a1" * 20, "b2" * 20, "c3" * 20, "d4" * 32, "e5" * 20
     with OpenTracker() as tracker:
         tracker.allow_all([(first, None), (second, None), (hybrid, v2), (first, None)])
