@@ -374,14 +374,15 @@ class Swarm:
         record = self._torrents.get(key)
         return None if record is None else [str(url) for url in record.handle.url_seeds()]
 
-    def connection_bytes(self, key: TransferKey) -> dict[tuple[str, int], int] | None:
+    def connection_bytes(self, key: TransferKey) -> dict[tuple[tuple[str, int], tuple[str, int]], int] | None:
         """Payload received so far on each live peer connection of ``key`` (not the
-        origin), by the peer's address; a new connection starts again from 0 (None: not
-        in the session)."""
+        origin), by the connection's ends: the peer's address, then this side's (None: not
+        in the session). libtorrent may count an earlier connection's bytes with the same
+        peer in a new one; a connection this side dials again has a new local port."""
         record = self._torrents.get(key)
         if record is None:
             return None
-        return {endpoint(p.ip): int(p.total_download)
+        return {(endpoint(p.ip), endpoint(p.local_endpoint())): int(p.total_download)
                 for p in record.handle.get_peer_info() if not is_web_seed(p)}
 
     def trackers(self, key: TransferKey) -> list[str] | None:
