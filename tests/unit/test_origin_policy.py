@@ -532,14 +532,17 @@ def test_agents_whose_stripes_complete_together_move_on_to_different_free_stripe
     assert second.step(seen(1.5, first_id, stripe_1, stripe_0), Link()).stripe == 3
 
 
-def _three_in_sight(settings: SwarmConfig, *, fleet_size: int = 0) -> list[tuple[bytes, OriginPolicy]]:
-    """Three agents in line order (rank), each with its policy for a 16-piece version."""
-    ids = sorted(_ids_ranked(3, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
-    return [(own, policy(settings, identity=(INFO_HASH, own), fleet_size=fleet_size)) for own in ids]
+def _in_sight(count: int, settings: SwarmConfig, *, pieces: int = 16,
+              fleet_size: int = 0) -> list[tuple[bytes, OriginPolicy]]:
+    """``count`` agents in line order (rank), each with its policy for a version of
+    ``pieces`` pieces."""
+    ids = sorted(_ids_ranked(count, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    return [(own, policy(settings, pieces=pieces, identity=(INFO_HASH, own), fleet_size=fleet_size))
+            for own in ids]
 
 
 def _stripe_pieces(stripe: int) -> list[int]:
-    """The pieces of ``stripe`` in a 16-piece version dealt in runs of 2 into 8 stripes."""
+    """The pieces of ``stripe`` in a version dealt in runs of 2 (one stripe per run)."""
     return [2 * stripe, 2 * stripe + 1]
 
 
@@ -548,10 +551,9 @@ def _fresh_fleet_moving_on(agents: int, stripes: int) -> list[int | None]:
     pieces: each agent takes the stripe of its place (asserted), then all complete their
     stripes at the same tick; the stripes they move on to, in line order."""
     pieces = 2 * stripes
-    ids = sorted(_ids_ranked(agents, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
-    downloads = [policy(config(origin_stripes=stripes), pieces=pieces, identity=(INFO_HASH, own))
-                 for own in ids]
-    first = {own: [2 * place, 2 * place + 1] for place, own in enumerate(ids)}
+    fleet = _in_sight(agents, config(origin_stripes=stripes), pieces=pieces)
+    ids = [own for own, _ in fleet]
+    first = {own: _stripe_pieces(place) for place, own in enumerate(ids)}
 
     def seen(at: float, own: bytes, have: list[int], theirs: dict[bytes, list[int]]) -> Observation:
         others = [i for i in ids if i != own]
@@ -559,13 +561,12 @@ def _fresh_fleet_moving_on(agents: int, stripes: int) -> list[int | None]:
                    pieces=pieces, have=bits(pieces, *have),
                    peers=[(False, bits(pieces, *theirs.get(i, []))) for i in others], peer_ids=others)
 
-    for place, (own, download) in enumerate(zip(ids, downloads, strict=True)):
+    for place, (own, download) in enumerate(fleet):
         download.step(seen(0.1, own, [], {}), Link())
         download.step(seen(2.5, own, [], {}), Link())  # settled: one stagger after the answer
         download.step(seen(6.0, own, [], {}), Link())  # every turn has come
         assert download.stripe == place
-    return [download.step(seen(7.0, own, first[own], first), Link()).stripe
-            for own, download in zip(ids, downloads, strict=True)]
+    return [download.step(seen(7.0, own, first[own], first), Link()).stripe for own, download in fleet]
 
 
 def test_in_a_fresh_fleet_the_agents_move_on_along_their_own_lanes() -> None:
@@ -592,7 +593,7 @@ def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_on
     complete 1 s after the start takes the next stripe of its lane at once, where a free
     stripe would count only 3 x origin_starved_s after the start (it would back off)."""
     settings = config(origin_stripes=8)
-    agents = _three_in_sight(settings, fleet_size=3)
+    agents = _in_sight(3, settings, fleet_size=3)
     ids = [own for own, _ in agents]
 
     def seen(at: float, own: bytes, have: list[int], theirs: list[int]) -> Observation:
