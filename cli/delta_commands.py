@@ -7,7 +7,6 @@ The handlers import the delta code when they run: parsing a command line loads n
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +77,8 @@ def run_patch(args: argparse.Namespace) -> int:
 
 def describe_delta(path: Path, header: DeltaHeader) -> dict[str, Any]:
     """A delta's header as a JSON-ready dict (what ``inspect`` prints for a delta)."""
+    from .filter_commands import format_unix_time
+
     target = header.target
     p = target.params
     return {
@@ -98,19 +99,26 @@ def describe_delta(path: Path, header: DeltaHeader) -> dict[str, Any]:
         "num_probes": p.num_probes,
         "num_bits": p.num_bits,
         "target_key_count": target.key_count,
-        "target_created_at": dt.datetime.fromtimestamp(target.created_at, dt.timezone.utc).isoformat(),
+        "target_created_at": format_unix_time(target.created_at),
         "base_body_sha256": header.base_body_sha256.hex(),
         "target_sha256": header.target_sha256.hex(),
     }
 
 
 def verify_delta_streams(path: Path, header: DeltaHeader) -> None:
-    """Decode the delta's streams onto a zero body: DeltaError unless they hold exactly its flips."""
-    from bloomswarm.common.delta import patch_body
+    """Decode the delta's streams: DeltaError unless they hold exactly its flips.
+
+    Applies the checks of :func:`~bloomswarm.common.delta.patch_body` (either engine
+    refuses the same streams) without a body: memory stays bounded by the streams' size,
+    whatever body size the header declares.
+    """
     from bloomswarm.common.delta_format import PAYLOAD_OFFSET
+    from bloomswarm.common.rice import decode_positions
 
     with open(path, "rb") as fh:
         fh.seek(PAYLOAD_OFFSET)
         quotients = fh.read(header.quotient_bytes)
         remainders = fh.read(header.remainder_bytes)
-    patch_body(bytearray(header.body_size), header, quotients, remainders)
+    body_bits = header.body_size * 8
+    for _positions in decode_positions(quotients, remainders, header.rice_k, header.flips, body_bits):
+        pass  # each chunk is validated as it is decoded

@@ -105,6 +105,21 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def format_unix_time(seconds: int) -> str:
+    """A header's ``created_at`` (signed Unix seconds) as ISO-8601 UTC, for ``inspect``.
+
+    A value datetime cannot represent (outside years 1..9999) is still a valid header
+    field: it is shown as ``out of range (N s since the epoch)`` rather than refused.
+    """
+    try:
+        return (_EPOCH + dt.timedelta(seconds=seconds)).isoformat()
+    except OverflowError:  # timedelta and datetime raise only this, on any platform
+        return f"out of range ({seconds} s since the epoch)"
+
+
 def describe(f: Filter) -> dict[str, Any]:
     """A filter's header and statistics as a JSON-ready dict."""
     h, p = f.header, f.params
@@ -123,7 +138,7 @@ def describe(f: Filter) -> dict[str, Any]:
         "target_fpp": h.target_fpp,
         "fill_ratio": round(f.fill_ratio(), 6),
         "expected_fpp": f.expected_fpp(),
-        "created_at": dt.datetime.fromtimestamp(h.created_at, dt.timezone.utc).isoformat(),
+        "created_at": format_unix_time(h.created_at),
         "body_sha256": h.body_sha256.hex(),
     }
 
