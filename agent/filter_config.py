@@ -53,7 +53,9 @@ class FilterConfig:
     its entry in the bucket's index.json."""
     prefix: str | None = None
     """Where its single-filter layout (latest.json, vN/...) is, relative to ``s3.prefix`` or
-    ``origin.cdn_base_url``; None: ``filters/NAME``, where ``publish --filter NAME`` puts it."""
+    ``origin.cdn_base_url``; None: ``filters/NAME``, where ``publish --filter NAME`` puts it.
+    Only ``filters/NAME`` is in ``index.json``: a filter elsewhere is polled on its own
+    ``latest.json`` (:attr:`follows_index`)."""
     public_keys: tuple[Path, ...] = ()
     """Publisher keys accepted for this filter; empty: the agent's ``public_keys``."""
     keep_versions: int | None = None
@@ -87,6 +89,12 @@ class FilterConfig:
         if self.prefix is None:
             return filter_prefix(self.name)
         return self.prefix.rstrip("/")
+
+    @property
+    def follows_index(self) -> bool:
+        """Whether the filter's news comes from ``index.json`` (its folder is
+        ``filters/NAME``, which the index lists); else from its own ``latest.json``."""
+        return self.store_prefix == filter_prefix(self.name)
 
 
 def prefix_problem(prefix: str) -> str | None:

@@ -31,11 +31,14 @@ from bloomswarm.common.signing import VerifyKey
 
 from .announcements import (
     Announcement,
+    AnnouncementSource,
     DocumentReader,
+    ObjectStoreAnnouncements,
     SignedDocuments,
     checked,
     open_announcement,
 )
+from .filter_config import FilterConfig
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,26 @@ class IndexPoller:
         """The newest verified index (None: none read yet)."""
         return self._index
 
+    def set_keys(self, public_keys: Sequence[VerifyKey]) -> None:
+        """Check the index against ``public_keys`` from the next :meth:`refresh` on (a
+        reload added or dropped a filter's keys)."""
+        if not public_keys:
+            raise ValueError("at least one public key is needed")
+        with self._lock:
+            self._keys = list(public_keys)
+
     def entry(self, name: str) -> IndexEntry | None:
-        """Filter ``name``'s entry in the index held; None when it has none (yet)."""
+        """Filter ``name``'s entry in the index held; None when it has none (yet), or one
+        that does not parse (see :meth:`problem`)."""
         index = self._index
         return index.filters.get(name) if index is not None else None
+
+    def problem(self, name: str) -> str | None:
+        """Why filter ``name``'s entry in the index held does not parse; None when it
+        parses or is absent."""
+        index = self._index
+        bad = index.unreadable.get(name) if index is not None else None
+        return bad.problem if bad is not None else None
 
     def refresh(self) -> IndexNews:
         """GET the index if it changed; the filters whose entries changed."""
@@ -90,10 +109,18 @@ class IndexPoller:
                     f"{INDEX_KEY} has sequence {index.sequence}, older than {held.sequence} "
                     "(a replayed or rolled-back index): keeping the newer one",
                 )
-            old = held.filters if held is not None else {}
-            changed = frozenset(n for n, e in index.filters.items() if old.get(n) != e)
             self._index, self._etag = index, stored.etag or None
-            return IndexNews(changed, index)
+            return IndexNews(_changed(held, index), index)
+
+
+def _changed(held: FilterIndex | None, index: FilterIndex) -> frozenset[str]:
+    """The names whose entry in ``index`` is new or differs from ``held``'s (readable or
+    not)."""
+    old, old_bad = (held.filters, held.unreadable) if held is not None else ({}, {})
+    return frozenset(
+        [n for n, e in index.filters.items() if old.get(n) != e]
+        + [n for n, b in index.unreadable.items() if old_bad.get(n) != b]
+    )
 
 
 class IndexedAnnouncements:
@@ -120,6 +147,10 @@ class IndexedAnnouncements:
         """See :meth:`~.announcements.AnnouncementSource.latest`."""
         entry = self.poller.entry(self.name)
         if entry is None:
+            problem = self.poller.problem(self.name)
+            if problem is not None:
+                self._last = None
+                raise CheckFailed("format", f"{INDEX_KEY}: {problem}")
             raise ObjectNotFound(f"{INDEX_KEY} lists no filter {self.name!r} (yet)")
         if entry == self._last:
             return None
@@ -153,4 +184,14 @@ class IndexedAnnouncements:
             ) from exc
 
 
-__all__ = ["IndexNews", "IndexPoller", "IndexedAnnouncements"]
+def filter_announcements(entry: FilterConfig, poller: IndexPoller, folder: DocumentReader,
+                         public_keys: Sequence[VerifyKey]) -> AnnouncementSource:
+    """Where filter ``entry`` learns of its versions: its entry of the index when it
+    :attr:`~.filter_config.FilterConfig.follows_index`, else its own ``latest.json`` in
+    ``folder`` (the reader of its folder, which also serves its other documents)."""
+    if entry.follows_index:
+        return IndexedAnnouncements(poller, entry.name, folder, public_keys)
+    return ObjectStoreAnnouncements(folder, public_keys)
+
+
+__all__ = ["IndexNews", "IndexPoller", "IndexedAnnouncements", "filter_announcements"]

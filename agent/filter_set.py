@@ -16,11 +16,16 @@ through an :class:`~.filter_index_source.IndexedAnnouncements`, both made by the
 ``make_daemon`` factory the caller injects. A failure of one filter (a bad entry, a
 download that fails its checks) is that daemon's to retry; the others go on.
 
+A filter whose ``prefix`` is not ``filters/NAME`` is not in the index: its daemon polls
+its own ``latest.json`` at the agent's interval
+(:func:`~.filter_index_source.filter_announcements`).
+
 :meth:`FilterSet.reconfigure` (the CLI calls it on SIGHUP) starts the filters added to
-the configuration and stops the ones removed or changed (their resume data saved, their
-torrents removed from the session); the others keep their downloads and peers. Other
-settings need a restart, which it logs. Filters the index lists but the configuration
-does not are ignored, logged once each and reported in /status.
+the configuration, stops the ones removed (their resume data saved, their torrents
+removed from the session) and replaces the changed ones, each new daemon built before
+anything stops; the others keep their downloads and peers. Other settings need a
+restart, which it logs. Filters the index lists but no configured filter follows there
+are ignored, logged once each and reported in /status.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +56,9 @@ from .logfmt import log_event, logfmt
 from .metrics import PREFIX, AgentMetrics
 
 if TYPE_CHECKING:
+    from bloomswarm.common.filter_index import FilterIndex
+    from bloomswarm.common.signing import VerifyKey
+
     from .daemon import AgentDaemon
     from .peer_access import PeerAccess
     from .transfer import Transfer
@@ -121,7 +129,9 @@ class FilterSet:
     """The agent of a configuration with ``[[filters]]`` (see the module docstring).
 
     ``transfer`` is the one shared session (closed by :meth:`shutdown`); ``peer_access``
-    its guard, when it has one (refusals and certificates are the session's).
+    its guard, when it has one (refusals and certificates are the session's);
+    ``index_keys`` gives the keys ``index.json`` may be signed with under a configuration
+    (every filter's and the agent's), given to ``poller`` again after each reload.
     Construct, then :meth:`run` until ``stop`` is set, or drive it with :meth:`start`,
     :meth:`step` and :meth:`shutdown`.
     """
@@ -137,6 +147,7 @@ class FilterSet:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         background_polls: bool = False,
+        index_keys: Callable[[AgentConfig], Sequence[VerifyKey]],
     ) -> None:
         if not config.filters:
             raise ValueError("a FilterSet runs the configuration's [[filters]]: none are listed")
@@ -148,6 +159,7 @@ class FilterSet:
         self._clock = clock
         self._rng = rng or random.Random()
         self._background_polls = background_polls
+        self._index_keys = index_keys
         self._running: dict[str, _Running] = {}
         self._backoff = Backoff(config.watch.retry_initial_s, config.watch.retry_max_s, rng=self._rng)
         self._next_poll = 0.0
@@ -155,6 +167,8 @@ class FilterSet:
         self._unknown: frozenset[str] = frozenset()
         self._no_index_logged = False
         self._last_error: str | None = None
+        self._reload_error: str | None = None
+        """Why the last reload was not applied in full (None: it was, or none yet)."""
         self._started = False
         self.index_metrics = IndexMetrics()
         self._session_metrics = AgentMetrics()
@@ -184,7 +198,7 @@ class FilterSet:
     def start(self) -> None:
         """Start every configured filter's daemon (each recovers what it holds)."""
         for entry in self.config.filters:
-            self._add(entry)
+            self._start(entry, self._build(entry))
         self.index_metrics.filters.set(len(self._running))
         self._spread_observes()
         self._started = True
@@ -240,56 +254,95 @@ class FilterSet:
     # -- configuration -------------------------------------------------------------------
 
     def reconfigure(self, config: AgentConfig) -> None:
-        """Run ``config``'s filters: start the added, stop the removed and the changed;
-        leave the others alone. Other settings need a restart (logged when they differ)."""
+        """Run ``config``'s filters: start the added, stop the removed, replace the changed;
+        leave the others alone. Other settings need a restart (logged when they differ).
+
+        Every added or changed filter's daemon is built (its keys loaded) before anything
+        stops: a filter that cannot be built is reported and, when it was running, keeps
+        running as it was. The index's keys follow the filters that run.
+        """
         if not config.filters:
-            log_event(log, logging.WARNING, "reload_refused",
-                      reason="the new configuration lists no [[filters]]: restart to run a single filter")
+            self._reload_failed("the new configuration lists no [[filters]]: restart to run a single filter")
             return
         if replace(config, filters=()) != replace(self.config, filters=()):
             log_event(log, logging.WARNING, "reload_partial",
                       reason="only [[filters]] change on reload; restart the agent for the other settings")
         wanted = {entry.name: entry for entry in config.filters}
-        stopped = [name for name, running in self._running.items() if wanted.get(name) != running.entry]
+        problems: list[str] = []
+        built: dict[str, tuple[FilterConfig, AgentDaemon]] = {}
+        for entry in config.filters:
+            running = self._running.get(entry.name)
+            if running is not None and running.entry == entry:
+                continue
+            try:
+                built[entry.name] = (entry, self._build(entry))
+            except (BloomswarmError, OSError, ValueError) as exc:  # e.g. a key file unreadable
+                kept = " (keeps running as it was)" if running is not None else ""
+                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc,
+                          kept=running is not None)
+                problems.append(f"filter {entry.name!r} not started{kept}: {exc}")
+        stopped = [name for name in self._running if name not in wanted or name in built]
         for name in stopped:
             self._remove(name)
-        started = [entry for name, entry in wanted.items() if name not in self._running]
-        self.config = replace(self.config, filters=config.filters)
-        for entry in started:
+        for name, (entry, daemon) in built.items():
             try:
-                self._add(entry)
-            except (BloomswarmError, OSError) as exc:  # e.g. its key file unreadable: the others go on
-                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc)
-                self._last_error = f"filter {entry.name!r} not started: {exc}"
+                self._start(entry, daemon)
+            except (BloomswarmError, OSError, ValueError) as exc:
+                log_event(log, logging.ERROR, "filter_not_started", filter=name, error=exc)
+                problems.append(f"filter {name!r} not started: {exc}")
+        order = list(wanted) + [name for name in self._running if name not in wanted]
+        self.config = replace(self.config, filters=tuple(
+            self._running[name].entry for name in order if name in self._running))
+        problems.extend(self._refresh_index_keys())
         self.index_metrics.filters.set(len(self._running))
         self._spread_observes()
-        self._note_unknown(self.poller.index.filters if self.poller.index is not None else {})
-        now_running = ",".join(e.name for e in started if e.name in self._running)
+        self._note_unknown(self.poller.index)
+        started = ",".join(name for name in built if name in self._running)
         log_event(log, logging.INFO, "reloaded", filters=len(self._running),
-                  stopped=",".join(stopped) or None, started=now_running or None)
+                  stopped=",".join(stopped) or None, started=started or None)
+        self._reload_error = "; ".join(problems) or None
 
     def _reload(self, load_config: Callable[[], AgentConfig]) -> None:
         try:
             config = load_config()
         except BloomswarmError as exc:
-            log_event(log, logging.ERROR, "reload_failed", error=exc, keeping="the running configuration")
-            self._last_error = f"reload failed: {exc}"
+            self._reload_failed(str(exc))
             return
         self.reconfigure(config)
+
+    def _reload_failed(self, reason: str) -> None:
+        log_event(log, logging.ERROR, "reload_failed", error=reason, keeping="the running configuration")
+        self._reload_error = f"reload failed: {reason}"
+
+    def _refresh_index_keys(self) -> list[str]:
+        """Give the poller the keys of the filters that run; the problem, if any."""
+        try:
+            self.poller.set_keys(self._index_keys(self.config))
+        except (BloomswarmError, OSError, ValueError) as exc:
+            log_event(log, logging.ERROR, "index_keys_kept", error=exc)
+            return [f"the index's keys were kept: {exc}"]
+        return []
 
     def _spread_observes(self) -> None:
         interval = observe_interval(len(self._running))
         for running in self._running.values():
             running.daemon.observe_interval_s = interval
 
-    def _add(self, entry: FilterConfig) -> None:
+    def _build(self, entry: FilterConfig) -> AgentDaemon:
+        """Filter ``entry``'s daemon, not started. A filter that follows the index re-reads
+        its entry unprompted only every FILTER_POLL_S (news of the index prompts it); one
+        with its own ``latest.json`` polls it at the agent's interval."""
         per_filter = filter_agent_config(self.config, entry)
-        slow = max(FILTER_POLL_S, per_filter.watch.poll_interval_s)
-        per_filter = replace(per_filter, watch=replace(per_filter.watch, poll_interval_s=slow))
-        daemon = self._make_daemon(entry, per_filter)
+        if entry.follows_index:
+            slow = max(FILTER_POLL_S, per_filter.watch.poll_interval_s)
+            per_filter = replace(per_filter, watch=replace(per_filter.watch, poll_interval_s=slow))
+        return self._make_daemon(entry, per_filter)
+
+    def _start(self, entry: FilterConfig, daemon: AgentDaemon) -> None:
         daemon.start()
         self._running[entry.name] = _Running(entry, daemon)
-        if self.poller.entry(entry.name) is not None:
+        name = entry.name
+        if entry.follows_index and (self.poller.entry(name) is not None or self.poller.problem(name)):
             daemon.poll_now()
 
     def _remove(self, name: str) -> None:
@@ -324,10 +377,10 @@ class FilterSet:
         self._last_error = None
         if news.index is not None:
             self.index_metrics.sequence.set(news.index.sequence)
-            self._note_unknown(news.index.filters)
+            self._note_unknown(news.index)
         for name in sorted(news.changed):
             running = self._running.get(name)
-            if running is not None:
+            if running is not None and running.entry.follows_index:
                 running.daemon.poll_now()
 
     def _failed(self, now: float, reason: str, exc: BaseException) -> None:
@@ -338,11 +391,12 @@ class FilterSet:
         log_event(log, logging.WARNING if reason == "origin" else logging.ERROR, "index_poll_failed",
                   reason=reason, error=exc, retry_in_s=delay)
 
-    def _note_unknown(self, listed: Mapping[str, object]) -> None:
-        unknown = frozenset(listed) - frozenset(self._running)
+    def _note_unknown(self, index: FilterIndex | None) -> None:
+        listed = frozenset(index.filters) | frozenset(index.unreadable) if index is not None else frozenset()
+        unknown = listed - frozenset(n for n, r in self._running.items() if r.entry.follows_index)
         for name in sorted(unknown - self._unknown):
             log_event(log, logging.WARNING, "unknown_filter", filter=name,
-                      detail=f"{INDEX_KEY} lists it, the configuration does not: ignored")
+                      detail=f"{INDEX_KEY} lists it, no configured filter follows it there: ignored")
         self._unknown = unknown
         self.index_metrics.unknown.set(len(unknown))
 
@@ -380,6 +434,7 @@ class FilterSet:
                 "unknown_filters": sorted(self._unknown),
                 "last_error": self._last_error,
             },
+            "reload_error": self._reload_error,
             "peer_access": self._peer_access_status(),
         }
 

@@ -9,6 +9,7 @@ See :mod:`bloomswarm.agent.filter_set`.
 from __future__ import annotations
 
 import datetime as dt
+import urllib.parse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,7 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
     """The agent of ``config``'s filters over the shared ``transfer``."""
     from bloomswarm.agent.announcements import HttpDocumentReader, PresignedPollReader
     from bloomswarm.agent.daemon import AgentDaemon
-    from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
+    from bloomswarm.agent.filter_index_source import IndexPoller, filter_announcements
     from bloomswarm.agent.metrics import AgentMetrics
     from bloomswarm.agent.origin import CdnOrigin, S3Origin
     from bloomswarm.agent.scoped_transfer import ScopedTransfer
@@ -59,12 +60,15 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
     index_reader: DocumentReader
     if config.s3 is not None:
         store = S3ObjectStore(config.s3)
+        read_timeout_s = config.s3.read_timeout_s
         index_reader = PresignedPollReader(store, expiry_s=config.origin.presign_expiry_s,
-                                           timeout_s=config.s3.read_timeout_s)
+                                           timeout_s=read_timeout_s)
 
         def filter_origin(entry: FilterConfig) -> tuple[DocumentReader, Origin]:
             folder = PrefixedStore(store, entry.store_prefix)
-            return folder, S3Origin(folder, config.origin.presign_expiry_s)
+            reader = PresignedPollReader(folder, expiry_s=config.origin.presign_expiry_s,
+                                         timeout_s=read_timeout_s)
+            return reader, S3Origin(folder, config.origin.presign_expiry_s)
     else:
         base = config.origin.cdn_base_url
         if base is None:  # AgentConfig guarantees one origin
@@ -73,7 +77,7 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
         index_reader = HttpDocumentReader(base, timeout_s=timeout)
 
         def filter_origin(entry: FilterConfig) -> tuple[DocumentReader, Origin]:
-            url = f"{base.rstrip('/')}/{entry.store_prefix}"
+            url = filter_folder_url(base, entry)
             return HttpDocumentReader(url, timeout_s=timeout), CdnOrigin(url)
 
     poller = IndexPoller(index_reader, all_public_keys(config))
@@ -82,14 +86,22 @@ def build_filter_set(config: AgentConfig, transfer: Transfer, peer_access: PeerA
     def make_daemon(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
         keys: Sequence[VerifyKey] = load_public_keys(per_filter.public_keys)
         reader, origin = filter_origin(entry)
-        source = IndexedAnnouncements(poller, entry.name, reader, keys)
+        source = filter_announcements(entry, poller, reader, keys)
         return AgentDaemon(per_filter, source, ScopedTransfer(transfer, entry.name), origin, keys,
                            metrics=AgentMetrics(), background_polls=True, poll_pool=polls,
                            name=entry.name)
 
     from bloomswarm.agent.filter_set import FilterSet
 
-    return FilterSet(config, transfer, poller, make_daemon, peer_access=peer_access, background_polls=True)
+    return FilterSet(config, transfer, poller, make_daemon, peer_access=peer_access, background_polls=True,
+                     index_keys=all_public_keys)
+
+
+def filter_folder_url(base_url: str, entry: FilterConfig) -> str:
+    """The URL of filter ``entry``'s folder under the CDN ``base_url``: its store prefix
+    percent-encoded, so that "?", "#" or "%" in it are part of the path, as the S3 API
+    reads them."""
+    return f"{base_url.rstrip('/')}/{urllib.parse.quote(entry.store_prefix, safe='/')}"
 
 
 def format_filters_status(url: str, status: dict[str, Any]) -> str:
@@ -109,6 +121,8 @@ def format_filters_status(url: str, status: dict[str, Any]) -> str:
         lines.append(f"ignored      {unknown} (in the index, not in the configuration)")
     if index.get("last_error"):
         lines.append(f"index error  {index['last_error']}")
+    if status.get("reload_error"):
+        lines.append(f"reload error {status['reload_error']}")
     width = max((len(name) for name in filters), default=0)
     for name, filter_status in filters.items():
         lines.append(f"  {name:<{width}}  {_filter_line(filter_status)}")
@@ -127,4 +141,4 @@ def _filter_line(status: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-__all__ = ["all_public_keys", "build_filter_set", "format_filters_status"]
+__all__ = ["all_public_keys", "build_filter_set", "filter_folder_url", "format_filters_status"]

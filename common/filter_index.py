@@ -23,7 +23,10 @@ where the signature covers the canonical JSON (:mod:`.canonical_json`) of ``inde
 ``pointer``, ``manifest`` and ``manifest_signature`` are the UTF-8 text of those objects;
 ``torrent`` is absent when the torrent was too large to inline (the agent GETs it).
 Unknown fields of an entry are ignored; unknown top-level fields of ``index`` are kept in
-``extra`` (:mod:`.document_fields`).
+``extra`` (:mod:`.document_fields`). An entry that does not parse (its name is not a
+filter name, or a field is malformed) does not make the index unreadable: it is kept
+apart, verbatim, in ``unreadable`` with the reason, so that the other filters go on, an
+agent reports it for its filter alone, and a writer carries it over unchanged.
 """
 
 from __future__ import annotations
@@ -117,6 +120,16 @@ class IndexEntry:
 
 
 @dataclass(frozen=True)
+class UnreadableEntry:
+    """An entry of ``index.json`` that does not parse, as it was found."""
+
+    raw: Any
+    """The entry's JSON value, verbatim (carried over by a writer)."""
+    problem: str
+    """Why it does not parse, one line."""
+
+
+@dataclass(frozen=True)
 class FilterIndex:
     """The content of ``index.json``: every named filter's current entry.
 
@@ -137,6 +150,9 @@ class FilterIndex:
     """Document schema; only 1 exists."""
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Unknown fields, kept so they round-trip."""
+    unreadable: Mapping[str, UnreadableEntry] = field(default_factory=dict, hash=False)
+    """Entries under ``filters`` that do not parse, by their key: not in ``filters``, and
+    written back verbatim by :meth:`to_dict`."""
 
     def __post_init__(self) -> None:
         check_schema(self.schema, "index")
@@ -150,7 +166,13 @@ class FilterIndex:
             except ValueError as exc:
                 raise FormatError(f"index filters: {exc}") from None
             require(isinstance(entry, IndexEntry), f"index filter {name!r} is not an IndexEntry")
+        require(isinstance(self.unreadable, Mapping), "index unreadable must be a mapping")
+        for name, bad in self.unreadable.items():
+            require(isinstance(name, str) and isinstance(bad, UnreadableEntry),
+                    f"index unreadable entry {name!r:.60} is not an UnreadableEntry")
+            require(name not in self.filters, f"index filter {name!r} is both readable and unreadable")
         object.__setattr__(self, "filters", dict(sorted(self.filters.items())))
+        object.__setattr__(self, "unreadable", dict(sorted(self.unreadable.items())))
         object.__setattr__(self, "extra", check_extra(self.extra, _INDEX_FIELDS, "index"))
         self.to_bytes()  # FormatError for anything JSON cannot carry exactly
 
@@ -161,7 +183,8 @@ class FilterIndex:
             "sequence": self.sequence,
             "issued_at": self.issued_at,
             "publisher_id": self.publisher_id,
-            "filters": {name: entry.to_dict() for name, entry in self.filters.items()},
+            "filters": {name: bad.raw for name, bad in self.unreadable.items()}
+            | {name: entry.to_dict() for name, entry in self.filters.items()},
         }
         obj.update(self.extra)
         return obj
@@ -172,18 +195,17 @@ class FilterIndex:
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> FilterIndex:
-        """Validate a parsed JSON object; FormatError on anything malformed."""
+        """Validate a parsed JSON object; FormatError when the index itself is malformed.
+        An entry that does not parse goes to ``unreadable`` (see the module docstring)."""
         r = Fields(obj, "index")
         check_schema(r.value("schema"), "index")  # first: another schema may lack fields
         entries: dict[str, IndexEntry] = {}
+        unreadable: dict[str, UnreadableEntry] = {}
         for name, entry in r.mapping("filters").items():
             try:
-                check_filter_name(name)
-            except ValueError as exc:
-                raise FormatError(f"index filters: {exc}") from None
-            if not isinstance(entry, dict):
-                raise FormatError(f"index filter {name!r} must be an object, got {entry!r:.60}")
-            entries[name] = IndexEntry.from_dict(entry, f"index filter {name!r}")
+                entries[name] = _parse_entry(name, entry)
+            except FormatError as exc:
+                unreadable[name] = UnreadableEntry(entry, str(exc))
         return cls(
             schema=r.value("schema"),
             sequence=r.value("sequence"),
@@ -191,10 +213,22 @@ class FilterIndex:
             publisher_id=r.value("publisher_id"),
             filters=entries,
             extra=r.rest(),
+            unreadable=unreadable,
         )
 
 
-_INDEX_FIELDS = {f.name for f in fields(FilterIndex) if f.name != "extra"}
+def _parse_entry(name: str, entry: Any) -> IndexEntry:
+    """Entry ``name`` of the index's ``filters``; FormatError when it does not parse."""
+    try:
+        check_filter_name(name)
+    except ValueError as exc:
+        raise FormatError(f"index filters: {exc}") from None
+    if not isinstance(entry, dict):
+        raise FormatError(f"index filter {name!r} must be an object, got {entry!r:.60}")
+    return IndexEntry.from_dict(entry, f"index filter {name!r}")
+
+
+_INDEX_FIELDS = {f.name for f in fields(FilterIndex) if f.name not in ("extra", "unreadable")}
 
 
 def seal_index(index: FilterIndex, signing_key: SigningKey) -> bytes:
@@ -226,6 +260,7 @@ __all__ = [
     "INLINE_TORRENT_MAX",
     "FilterIndex",
     "IndexEntry",
+    "UnreadableEntry",
     "open_index",
     "read_index_unverified",
     "seal_index",

@@ -129,6 +129,8 @@ def _read_key_file(path: Path, what: str) -> bytes:
         raise ConfigError(f"{what} file {path} does not exist") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {what} file {path}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # a NUL in the name
+        raise ConfigError(f"cannot read {what} file {str(path)!r}: {exc}") from exc
 
 
 @dataclass(frozen=True)

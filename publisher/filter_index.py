@@ -16,7 +16,9 @@ monotonic: an entry replaces the index's entry for the same name only when its p
 ``sequence`` is greater. Publishers of different filters therefore race only on the one
 object, never lose each other's entries, and a slow publisher cannot put back an older
 pointer that a faster one already replaced. Entries of names not synced are kept as
-they are; a filter is never removed from the index here.
+they are; a filter is never removed from the index here. An entry that does not parse
+(written by a newer or broken writer) is carried over verbatim, and replaced when its
+filter is synced.
 """
 
 from __future__ import annotations
@@ -191,11 +193,16 @@ def sync_index(
         if merged is None:
             log.info("index: %s already up to date", INDEX_KEY)
             return None
+        carried = {n: bad for n, bad in (current.unreadable if current is not None else {}).items()
+                   if n not in merged}
+        for name, bad in carried.items():
+            log.warning("index: entry %r does not parse (%s); carried over unchanged", name, bad.problem)
         index = FilterIndex(
             sequence=current.sequence + 1 if current is not None else 1,
             issued_at=int(now()),
             publisher_id=publisher_id,
             filters=merged,
+            unreadable=carried,
         )
         data = seal_index(index, signing_key)
         try:

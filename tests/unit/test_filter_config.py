@@ -19,6 +19,7 @@ from bloomswarm.agent.filter_config import (
     filters_from_toml,
     prefix_problem,
 )
+from bloomswarm.agent_filters import filter_folder_url
 from bloomswarm.common.datadir import FILTERS_DIR, filter_data_dir
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.filter_names import MAX_FILTER_NAME
@@ -276,3 +277,27 @@ def test_prefix_clashes_match_a_brute_force_check(prefixes: list[str]) -> None:
             check_filters(filters)
     else:
         check_filters(filters)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "url"),
+    [
+        (None, "https://cdn.example/fleet/filters/fraud"),
+        ("teams/risk/fraud/", "https://cdn.example/fleet/teams/risk/fraud"),
+        ("team?x=1", "https://cdn.example/fleet/team%3Fx%3D1"),
+        ("team#x", "https://cdn.example/fleet/team%23x"),
+        ("%2e%2e/other", "https://cdn.example/fleet/%252e%252e/other"),
+        ("caf\u00e9 x", "https://cdn.example/fleet/caf%C3%A9%20x"),
+    ],
+)
+def test_a_filters_cdn_folder_is_its_prefix_percent_encoded(prefix: str | None, url: str) -> None:
+    """A prefix is a key prefix, as the S3 API reads it: none of its characters may turn
+    into a query, a fragment or a ".." of the URL."""
+    assert filter_folder_url("https://cdn.example/fleet/", FilterConfig("fraud", prefix=prefix)) == url
+
+
+def test_only_a_filter_under_filters_name_follows_the_index() -> None:
+    assert FilterConfig("fraud").follows_index
+    assert FilterConfig("fraud", prefix="filters/fraud/").follows_index
+    assert not FilterConfig("fraud", prefix="teams/risk/fraud").follows_index
+    assert not FilterConfig("fraud", prefix="filters/other").follows_index

@@ -22,6 +22,7 @@ from bloomswarm.common.filter_index import (
     read_index_unverified,
     seal_index,
 )
+from bloomswarm.common.signed_envelope import envelope_payload
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
 
 GOLDEN_KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), source="golden")
@@ -177,23 +178,12 @@ def _set(value: Any, *path: str) -> Any:
         (_drop("sequence"), "missing field 'sequence'"),
         (_drop("filters"), "missing field 'filters'"),
         (_drop("publisher_id"), "missing field 'publisher_id'"),
-        (_drop("filters", "blocklist", "pointer"), "missing field 'pointer'"),
-        (_drop("filters", "blocklist", "manifest_signature"), "missing field 'manifest_signature'"),
         (_set(2, "schema"), "unsupported index schema 2"),
         (_set(0, "sequence"), "index sequence must be an integer"),
         (_set(True, "sequence"), "index sequence must be an integer"),
         (_set(-1, "issued_at"), "index issued_at must be an integer"),
         (_set("", "publisher_id"), "index publisher_id must be a non-empty string"),
         (_set([], "filters"), "filters must be an object"),
-        (_set({"../etc": {}}, "filters"), "must not contain '..'"),
-        (_set({"A": {}}, "filters"), "filter name 'A'"),
-        (_set({"a/b": {}}, "filters"), "filter name 'a/b'"),
-        (_set({"": {}}, "filters"), "must not be empty"),
-        (_set("x", "filters", "blocklist"), "index filter 'blocklist' must be an object"),
-        (_set(5, "filters", "blocklist", "pointer"), "pointer must be a non-empty string"),
-        (_set("", "filters", "blocklist", "manifest"), "manifest must be a non-empty string"),
-        (_set("not base64!", "filters", "blocklist", "torrent"), "torrent is not valid base64"),
-        (_set(7, "filters", "blocklist", "torrent"), "torrent must be a string"),
     ],
 )
 def test_malformed_payloads_raise_format_error(mutate: Any, message: str) -> None:
@@ -202,6 +192,42 @@ def test_malformed_payloads_raise_format_error(mutate: Any, message: str) -> Non
         open_index(data, GOLDEN_PUBLIC)
     with pytest.raises(FormatError):
         read_index_unverified(data)
+
+
+def _add(name: str, value: Any) -> Any:
+    def mutate(obj: dict[str, Any]) -> None:
+        obj["filters"][name] = value
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "name", "message"),
+    [
+        (_drop("filters", "blocklist", "pointer"), "blocklist", "missing field 'pointer'"),
+        (_drop("filters", "blocklist", "manifest_signature"), "blocklist",
+         "missing field 'manifest_signature'"),
+        (_add("../etc", {}), "../etc", "must not contain '..'"),
+        (_add("A", {}), "A", "filter name 'A'"),
+        (_add("a/b", {}), "a/b", "filter name 'a/b'"),
+        (_add("", {}), "", "must not be empty"),
+        (_set("x", "filters", "blocklist"), "blocklist", "index filter 'blocklist' must be an object"),
+        (_set(5, "filters", "blocklist", "pointer"), "blocklist", "pointer must be a non-empty string"),
+        (_set("", "filters", "blocklist", "manifest"), "blocklist", "manifest must be a non-empty string"),
+        (_set("not base64!", "filters", "blocklist", "torrent"), "blocklist", "torrent is not valid base64"),
+        (_set(7, "filters", "blocklist", "torrent"), "blocklist", "torrent must be a string"),
+    ],
+)
+def test_a_malformed_entry_is_set_apart_and_the_others_are_read(mutate: Any, name: str, message: str) -> None:
+    """One entry that does not parse leaves the index and its other entries readable: it
+    is kept apart with its reason, and written back byte for byte."""
+    data = _sealed_with(mutate)
+    index = open_index(data, GOLDEN_PUBLIC)
+    assert name not in index.filters
+    assert message in index.unreadable[name].problem
+    good = make_index()
+    assert {n: e for n, e in good.filters.items() if n != name} == index.filters
+    assert canonical_json(index.to_dict()) == canonical_json(envelope_payload(data, "index"))
+    assert read_index_unverified(data) == index
 
 
 @pytest.mark.parametrize(

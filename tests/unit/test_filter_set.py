@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +17,28 @@ from prometheus_client.exposition import generate_latest
 from bloomswarm.agent.config import AgentConfig
 from bloomswarm.agent.daemon import MIN_TICK_S, OBSERVE_S, TICK_S, AgentDaemon
 from bloomswarm.agent.filter_config import FilterConfig
-from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
+from bloomswarm.agent.filter_index_source import IndexPoller, filter_announcements
 from bloomswarm.agent.filter_set import OBSERVES_PER_S, FilterSet, min_tick, observe_interval
 from bloomswarm.agent.memory_transfer import MemoryOrigin, MemoryTransfer
 from bloomswarm.agent.metrics import AgentMetrics
 from bloomswarm.agent.origin import Origin
 from bloomswarm.agent.scoped_transfer import ScopedTransfer
 from bloomswarm.agent.transfer import OriginURLFactory
-from bloomswarm.agent_filters import format_filters_status
+from bloomswarm.agent_filters import all_public_keys, format_filters_status
 from bloomswarm.common.bucket_layout import INDEX_KEY
 from bloomswarm.common.datadir import DataDir, filter_data_dir
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.filter_index import read_index_unverified
 from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.prefixed_store import PrefixedStore
+from bloomswarm.common.signed_envelope import seal_envelope
+from bloomswarm.common.signing import load_public_keys
 from bloomswarm.common.storage import MemoryObjectStore, StoredObject
 from bloomswarm.publisher.filter_index import sync_index
 from bloomswarm.publisher.pinning import pin
 
 from . import agent_helpers
-from .agent_helpers import KEY, PUBLIC, ROGUE_KEY, TickingClock, agent_config, publish
+from .agent_helpers import KEY, PUBLIC, ROGUE_KEY, ROGUE_PEM, TickingClock, agent_config, publish
 
 pytestmark = pytest.mark.usefixtures("offline")
 offline = agent_helpers.offline
@@ -74,27 +77,32 @@ def publish_filter(store: MemoryObjectStore, name: str, keys: list[str]) -> int:
 class Fleet:
     """A FilterSet over ``store``, its index reads counted, stepped by hand."""
 
-    def __init__(self, tmp_path: Path, store: MemoryObjectStore, names: list[str], **changes: Any) -> None:
+    def __init__(self, tmp_path: Path, store: MemoryObjectStore, names: Sequence[str | FilterConfig],
+                 **changes: Any) -> None:
         self.store = store
         self.origin = MemoryOrigin(store)
         self.shared = MemoryTransfer(self.origin)
         self.index_reader = CountingReader(store)
         self.readers: dict[str, CountingReader] = {}
         self.config = self.configure(tmp_path, names, **changes)
-        self.poller = IndexPoller(self.index_reader, PUBLIC)
-        self.agent = FilterSet(self.config, self.shared, self.poller, self.make_daemon, clock=TickingClock())
+        self.poller = IndexPoller(self.index_reader, all_public_keys(self.config))
+        self.agent = FilterSet(self.config, self.shared, self.poller, self.make_daemon, clock=TickingClock(),
+                               index_keys=all_public_keys)
         self.agent.start()
 
     @staticmethod
-    def configure(tmp_path: Path, names: list[str], **changes: Any) -> AgentConfig:
-        return agent_config(tmp_path, filters=tuple(FilterConfig(name) for name in names), **changes)
+    def configure(tmp_path: Path, names: Sequence[str | FilterConfig], **changes: Any) -> AgentConfig:
+        """The configuration of the filters named (a name, or a whole FilterConfig)."""
+        filters = tuple(n if isinstance(n, FilterConfig) else FilterConfig(n) for n in names)
+        return agent_config(tmp_path, filters=filters, **changes)
 
     def make_daemon(self, entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
         reader = self.readers[entry.name] = CountingReader(self.store)
         folder = PrefixedStore(reader, entry.store_prefix)  # type: ignore[arg-type]
         origin: Origin = PrefixedOrigin(self.origin, entry.store_prefix)
-        source = IndexedAnnouncements(self.poller, entry.name, folder, PUBLIC)
-        return AgentDaemon(per_filter, source, ScopedTransfer(self.shared, entry.name), origin, PUBLIC,
+        keys = load_public_keys(per_filter.public_keys)
+        source = filter_announcements(entry, self.poller, folder, keys)
+        return AgentDaemon(per_filter, source, ScopedTransfer(self.shared, entry.name), origin, keys,
                            metrics=AgentMetrics(), clock=TickingClock(), name=entry.name)
 
     def version(self, name: str) -> int | None:
@@ -265,6 +273,53 @@ def test_a_filter_whose_entry_fails_its_own_keys_is_refused_alone(
     assert fleet.agent.status()["filters"]["bad"]["last_error"]
 
 
+def _seal_with_entry(store: MemoryObjectStore, name: str, value: Any) -> None:
+    """Rewrite index.json, signed by the publisher's key, with entry ``name`` set to ``value``."""
+    stored = store.get(INDEX_KEY)
+    assert stored is not None
+    payload = read_index_unverified(stored.data).to_dict()
+    payload["filters"][name] = value
+    payload["sequence"] += 1
+    store.put(INDEX_KEY, seal_envelope("index", payload, KEY))
+
+
+@pytest.mark.parametrize(
+    "bad_entry",
+    [("Other", {}), ("other", "not an object"), ("other", {"pointer": ""}), ("other", {"torrent": "!!"})],
+)
+def test_an_entry_that_does_not_parse_disturbs_no_other_filter(
+    tmp_path: Path, store: MemoryObjectStore, bad_entry: tuple[str, Any]
+) -> None:
+    """A well-signed index with one malformed entry, of a filter the configuration does not
+    list: the listed filters go on updating, and the entry is reported as ignored."""
+    publish_filter(store, "a", ["1"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until_at({"a": 1})
+    publish_filter(store, "a", ["1", "2"])
+    _seal_with_entry(store, *bad_entry)
+    fleet.run_until_at({"a": 2})
+    index_status = fleet.agent.status()["index"]
+    assert index_status["last_error"] is None
+    assert index_status["unknown_filters"] == [bad_entry[0]]
+
+
+def test_a_listed_filter_whose_entry_does_not_parse_is_refused_alone(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    publish_filter(store, "good", ["1"])
+    publish_filter(store, "bad", ["2"])
+    fleet = Fleet(tmp_path, store, ["good", "bad"])
+    fleet.run_until_at({"good": 1, "bad": 1})
+    _seal_with_entry(store, "bad", {"pointer": 5})
+    publish_filter(store, "good", ["1", "3"])
+    fleet.run_until_at({"good": 2})
+    fleet.run_until(lambda: fleet.agent.status()["filters"]["bad"]["last_error"])
+    assert "pointer must be a non-empty string" in fleet.agent.status()["filters"]["bad"]["last_error"]
+    assert fleet.version("bad") == 1  # keeps serving what it holds
+    publish_filter(store, "bad", ["2", "4"])  # its publisher writes a good entry again
+    fleet.run_until_at({"bad": 2})
+
+
 def test_shutdown_stops_every_filter_and_closes_the_shared_transfer(
     tmp_path: Path, store: MemoryObjectStore
 ) -> None:
@@ -279,7 +334,7 @@ def test_a_configuration_without_filters_is_refused(tmp_path: Path, store: Memor
     config = dataclasses.replace(Fleet.configure(tmp_path, ["a"]), filters=())
     with pytest.raises(ValueError, match="filters"):
         FilterSet(config, MemoryTransfer(MemoryOrigin(store)), IndexPoller(store, PUBLIC),
-                  lambda _e, _c: None)  # type: ignore[arg-type,return-value]
+                  lambda _e, _c: None, index_keys=all_public_keys)  # type: ignore[arg-type,return-value]
 
 
 def test_a_pin_rolls_back_one_filter_and_the_others_stay(tmp_path: Path, store: MemoryObjectStore) -> None:
@@ -327,8 +382,80 @@ def test_a_filter_that_cannot_start_on_reload_is_reported_and_the_others_go_on(
     fleet.agent._make_daemon = failing
     fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", "b"]))
     assert sorted(fleet.agent.status()["filters"]) == ["a"]
-    assert "filter 'b' not started" in fleet.agent.status()["index"]["last_error"]
+    assert "filter 'b' not started" in fleet.agent.status()["reload_error"]
     publish_filter(store, "a", ["1", "3"])
+    fleet.run_until_at({"a": 2})
+    assert "filter 'b' not started" in fleet.agent.status()["reload_error"]  # polls do not clear it
+    fleet.agent._make_daemon = make
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", "b"]))
+    assert fleet.agent.status()["reload_error"] is None
+    fleet.run_until_at({"b": 1})
+
+
+@pytest.mark.parametrize("error", [ConfigError("public key file /etc/b.pub does not exist"),
+                                   ValueError("embedded null byte")])
+def test_a_changed_filter_that_cannot_be_built_keeps_running_as_it_was(
+    tmp_path: Path, store: MemoryObjectStore, error: Exception
+) -> None:
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "b", ["2"])
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until_at({"a": 1, "b": 1})
+    running_b = fleet.agent._running["b"].daemon
+    make = fleet.agent._make_daemon
+
+    def failing(entry: FilterConfig, per_filter: AgentConfig) -> AgentDaemon:
+        if entry.name == "b":
+            raise error
+        return make(entry, per_filter)
+
+    fleet.agent._make_daemon = failing
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", FilterConfig("b", keep_versions=5)]))
+    assert fleet.agent._running["b"].daemon is running_b
+    assert fleet.agent._running["b"].entry == FilterConfig("b")
+    assert "filter 'b' not started (keeps running as it was)" in fleet.agent.status()["reload_error"]
+    publish_filter(store, "b", ["2", "3"])
+    fleet.run_until_at({"b": 2})
+
+
+def test_a_filter_with_its_own_prefix_polls_its_own_latest_json(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    """index.json lists filters/NAME only: a filter kept elsewhere reads its own pointer,
+    and an index entry of the same name (another folder) is not taken for it."""
+    folder = PrefixedStore(store, "teams/risk/fraud")
+    publish(folder, ["x"])  # type: ignore[arg-type]
+    for keys in (["y"], ["y", "z"], ["y", "z", "v"]):
+        publish_filter(store, "fraud", keys)  # filters/fraud, another folder: v1..v3
+    publish_filter(store, "plain", ["p"])
+    fleet = Fleet(tmp_path, store, [FilterConfig("fraud", prefix="teams/risk/fraud"), "plain"])
+    fleet.run_until_at({"fraud": 1, "plain": 1})
+    for _ in range(50):
+        fleet.agent.step()
+    assert fleet.version("fraud") == 1
+    publish(folder, ["x", "w"])  # type: ignore[arg-type]
+    fleet.run_until_at({"fraud": 2})
+    assert fleet.readers["fraud"].gets["teams/risk/fraud/latest.json"] > 2
+    assert fleet.readers["plain"].gets["filters/plain/latest.json"] == 0
+    assert fleet.agent.status()["index"]["unknown_filters"] == ["fraud"]
+
+
+def test_a_filter_added_on_reload_brings_its_keys_to_the_index(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    """Its publisher may sign index.json with the filter's own key: the agent must accept
+    that index once the filter is configured, and its other filters go on."""
+    publish_filter(store, "a", ["1"])
+    fleet = Fleet(tmp_path, store, ["a"])
+    fleet.run_until_at({"a": 1})
+    rogue_pub = tmp_path / "risk.pub"
+    rogue_pub.write_bytes(ROGUE_PEM)
+    publish(PrefixedStore(store, filter_prefix("risk")), ["r"], key=ROGUE_KEY)  # type: ignore[arg-type]
+    sync_index(store, ["risk"], ROGUE_KEY, "risk-team", sleep=lambda _s: None)
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", FilterConfig("risk", public_keys=(rogue_pub,))]))
+    assert fleet.agent.status()["reload_error"] is None
+    fleet.run_until_at({"risk": 1})
+    publish_filter(store, "a", ["1", "2"])
     fleet.run_until_at({"a": 2})
 
 

@@ -17,6 +17,7 @@ from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.manifest import verify_manifest
 from bloomswarm.common.pointer import open_pointer
 from bloomswarm.common.prefixed_store import PrefixedStore
+from bloomswarm.common.signed_envelope import seal_envelope
 from bloomswarm.common.storage import MemoryObjectStore, ObjectStore
 from bloomswarm.publisher import filter_index
 from bloomswarm.publisher.filter_index import (
@@ -134,6 +135,33 @@ def test_a_malformed_index_is_reported() -> None:
     root.put(INDEX_KEY, b"{not json")
     with pytest.raises(FormatError, match="index envelope is not valid JSON"):
         sync_index(root, ["a"], KEY, "p")
+
+
+def test_an_entry_that_does_not_parse_is_carried_over_until_its_filter_is_synced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A writer that finds an entry it cannot read (a newer writer's, or a broken one)
+    neither fails nor drops it: the other filters' syncs carry it verbatim."""
+    root = MemoryObjectStore()
+    publish(root, "a")
+    publish(root, "b")
+    written = sync_index(root, ["a", "b"], KEY, "p")
+    assert written is not None
+    payload = written.to_dict()
+    payload["filters"]["b"] = {"pointer": 5}
+    payload["filters"]["Upper"] = "not an entry"
+    root.put(INDEX_KEY, seal_envelope("index", payload, KEY))
+    publish(root, "a", "changed")
+    with caplog.at_level(logging.WARNING, logger="bloomswarm.filter_index"):
+        index = sync_index(root, ["a"], KEY, "p")
+    assert index is not None and index.sequence == 2
+    assert open_pointer(index.filters["a"].pointer, PUBLIC).version == 2
+    assert read_index(root).unreadable == index.unreadable
+    carried = {n: bad.raw for n, bad in index.unreadable.items()}
+    assert carried == {"b": {"pointer": 5}, "Upper": "not an entry"}
+    assert "entry 'b' does not parse" in caplog.text
+    index = sync_index(root, ["b"], KEY, "p")
+    assert index is not None and sorted(index.filters) == ["a", "b"] and list(index.unreadable) == ["Upper"]
 
 
 def test_missing_objects_under_latest_json_raise_storage_error() -> None:

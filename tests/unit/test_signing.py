@@ -200,3 +200,9 @@ def test_keys_written_are_openssl_compatible_pem(keypair: tuple[Path, Path]) -> 
     private, public = keypair
     assert private.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     assert public.read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+
+
+@pytest.mark.parametrize("name", ["bad\x00name.pub", "/etc/\x00"])
+def test_a_key_file_name_with_a_nul_is_a_config_error(name: str) -> None:
+    with pytest.raises(ConfigError, match="cannot read public key file"):
+        load_public_keys([Path(name)])
