@@ -126,18 +126,33 @@ def held_counts(stripes: Stripes, have: Pieces, peers: Bitfields) -> list[int]:
 class StripeWatch:
     """Notices stripes that stopped growing: their fetcher left the origin (it yielded on
     a collision it misjudged, it crashed, or it lost its connection to us) with pieces
-    still missing everywhere. Feed it every tick with :meth:`update`."""
+    still missing everywhere. Feed it every tick with :meth:`update`.
+
+    It also measures the origin's pace, so that "stopped growing" can mean "for longer
+    than the origin takes to deliver a piece of a stripe": :meth:`piece_interval_s`, the
+    median over stripes of the time between a stripe's last two growths, and
+    :meth:`first_piece_s`, the median time from the start to a stripe's first piece (over
+    an origin shared by many stripes at a few MiB/s, a piece of each takes seconds).
+    """
 
     def __init__(self, stripes: Stripes, now: float) -> None:
         self.stripes = stripes
         self._sizes = [stripes.mask(s).count() for s in range(stripes.stripes)]
         self._counts = [0] * stripes.stripes
         self._grew = [now] * stripes.stripes
+        self._first: list[float | None] = [None] * stripes.stripes
+        """When each stripe first had a piece in sight."""
+        self._interval: list[float | None] = [None] * stripes.stripes
+        """Seconds between each stripe's last two growths."""
         self._started = now
 
     def update(self, have: Pieces, peers: Bitfields, now: float) -> None:
         for stripe, count in enumerate(held_counts(self.stripes, have, peers)):
             if count > self._counts[stripe]:
+                if self._first[stripe] is None:
+                    self._first[stripe] = now
+                else:
+                    self._interval[stripe] = now - self._grew[stripe]
                 self._grew[stripe] = now
             self._counts[stripe] = count
 
@@ -155,6 +170,21 @@ class StripeWatch:
         for ``after_s`` seconds."""
         return [stripe for stripe in range(self.stripes.stripes)
                 if 0 < self._counts[stripe] < self._sizes[stripe] and now - self._grew[stripe] >= after_s]
+
+    def piece_interval_s(self) -> float | None:
+        """The median over stripes of the seconds between their last two growths; None
+        until a stripe grew twice."""
+        return _median([i for i in self._interval if i is not None])
+
+    def first_piece_s(self) -> float | None:
+        """The median over stripes with a piece in sight of the seconds from the start to
+        their first one; None while no stripe has one."""
+        return _median([t - self._started for t in self._first if t is not None])
+
+
+def _median(values: list[float]) -> float | None:
+    """The median of ``values`` (the upper one of an even count); None when empty."""
+    return sorted(values)[len(values) // 2] if values else None
 
 
 def priorities(stripes: Stripes, have: Pieces, peers: Bitfields, stripe: int) -> list[int]:

@@ -244,6 +244,28 @@ def test_with_the_whole_fleet_in_sight_a_backup_leaves_unclaimed_stripes_to_thei
     assert taken.web_seed == Attach(URL) and taken.stripe is not None
 
 
+def test_a_backup_waits_three_times_as_long_as_the_stripes_first_pieces_took() -> None:
+    """The same backup over a slow origin: the other stripes showed their first piece
+    after 3 s, so a stripe still without one is left to its owner until 9 s (3 x 3 s),
+    not taken at 6 s."""
+    settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE, origin_starved_s=2.0)
+    ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
+    backup = policy(settings, pieces=64, identity=(INFO_HASH, ids[4]))
+    others = frozenset(i for i in ids if i != ids[4])
+    link = Link()
+    firsts = [(False, bits(64, 0, 4, 8))]  # stripes 0, 1, 2 (runs of 4): a piece each
+
+    def seen(at: float, peers: list[tuple[bool, list[bool]]]) -> Observation:
+        return obs(at, announced=True, swarm_size=6, pieces=64, fleet_peer_ids=others, peers=peers,
+                   peer_bytes=int(at * 10))
+
+    assert backup.step(seen(0.05, []), link).web_seed is None
+    assert backup.step(seen(3.0, firsts), link).web_seed is None
+    assert backup.step(seen(8.9, firsts), link).web_seed is None
+    taken = backup.step(seen(9.0, firsts), link)
+    assert (taken.web_seed, taken.stripe) == (Attach(URL), 3)
+
+
 def test_without_the_whole_fleet_in_sight_the_turns_stay_staggered() -> None:
     settings = config(origin_stripes=4, origin_request_bytes=4 * PIECE)
     ids = sorted(_ids_ranked(6, below=1.0), key=lambda i: fleet_rank(INFO_HASH, i))
@@ -417,10 +439,24 @@ def test_a_stalled_stripe_is_taken_when_none_is_unclaimed() -> None:
     download, link = _striped(origin_grace_s=0.0, origin_stagger_s=0.0)
     peers = [(False, bits(16, 0, 2, 4, 6))]
     download.step(obs(0.5, peers=peers, peer_bytes=1), link)
-    # Stripe 3 grows at 4 s; 0, 1, 2 stall from 0.5 s. Peers deliver all the while.
+    # Stripe 3 grows at 1 s (a piece every 0.5 s); 0, 1, 2 stall from 0.5 s. Peers deliver
+    # all the while.
     grown = [(False, bits(16, 0, 2, 4, 6, 7))]
+    assert download.step(obs(1.0, peers=grown, peer_bytes=2), link).web_seed is None
+    assert download.step(obs(6.4, peers=grown, peer_bytes=3), link).web_seed is None
+    decision = download.step(obs(6.5, peers=grown, peer_bytes=3), link)  # 3 * origin_starved_s
+    assert (decision.stripe, decision.web_seed) == (0, Attach(URL))
+
+
+def test_over_a_slow_origin_a_stripe_counts_as_stalled_only_after_three_of_its_pieces_times() -> None:
+    """A stripe's fetcher that gets a piece every 3.5 s is not taken over after the
+    6 s (3 * origin_starved_s) that suits a faster origin, but after 3 * 3.5 s."""
+    download, link = _striped(origin_grace_s=0.0, origin_stagger_s=0.0)
+    download.step(obs(0.5, peers=[(False, bits(16, 0, 2, 4, 6))], peer_bytes=1), link)
+    grown = [(False, bits(16, 0, 2, 4, 6, 7))]  # stripe 3's next piece, 3.5 s later
     assert download.step(obs(4.0, peers=grown, peer_bytes=2), link).web_seed is None
-    decision = download.step(obs(6.5, peers=grown, peer_bytes=3), link)
+    assert download.step(obs(10.9, peers=grown, peer_bytes=3), link).web_seed is None
+    decision = download.step(obs(11.0, peers=grown, peer_bytes=3), link)
     assert (decision.stripe, decision.web_seed) == (0, Attach(URL))
 
 

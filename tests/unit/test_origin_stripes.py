@@ -119,3 +119,19 @@ def test_the_watch_reports_stripes_that_stopped_growing_with_pieces_missing() ->
     assert watch.stalled(now=2.0, after_s=1.0) == [0]
     watch.update([False] * 4, [(False, [True, False, True, False])], now=2.5)
     assert watch.stalled(now=4.0, after_s=1.0) == []  # complete in sight: not stalled
+
+
+def test_the_watch_measures_the_origins_pace_per_stripe() -> None:
+    stripes = Stripes(pieces=6, run=1, stripes=2)  # stripe 0: 0, 2, 4; stripe 1: 1, 3, 5
+    watch = StripeWatch(stripes, now=10.0)
+    assert (watch.first_piece_s(), watch.piece_interval_s()) == (None, None)
+    watch.update([False] * 6, [(False, [True, False, False, False, False, False])], now=12.0)
+    assert (watch.first_piece_s(), watch.piece_interval_s()) == (2.0, None)
+    watch.update([False] * 6, [(False, [True, True, False, False, False, False])], now=14.0)
+    assert watch.first_piece_s() == 4.0  # the median (upper) of 2 s and 4 s
+    watch.update([False] * 6, [(False, [True, True, True, False, False, False])], now=15.0)
+    assert watch.piece_interval_s() == 3.0  # stripe 0: 12 -> 15
+    watch.update([False] * 6, [(False, [True, True, True, True, False, False])], now=15.5)
+    assert watch.piece_interval_s() == 3.0  # stripe 1: 14 -> 15.5; the upper median of 1.5, 3
+    watch.update([False] * 6, [(False, [True, True, True, True, False, False])], now=30.0)
+    assert watch.piece_interval_s() == 3.0  # no growth: nothing new measured
