@@ -169,6 +169,8 @@ class FilterSet:
         self._last_error: str | None = None
         self._reload_error: str | None = None
         """Why the last reload was not applied in full (None: it was, or none yet)."""
+        self._not_started: dict[str, str] = {}
+        """Configured filters that could not start, and why (retried on a reload)."""
         self._started = False
         self.index_metrics = IndexMetrics()
         self._session_metrics = AgentMetrics()
@@ -198,7 +200,11 @@ class FilterSet:
     def start(self) -> None:
         """Start every configured filter's daemon (each recovers what it holds)."""
         for entry in self.config.filters:
-            self._start(entry, self._build(entry))
+            try:
+                self._start(entry, self._build(entry))
+            except (BloomswarmError, OSError, ValueError) as exc:  # e.g. its state.json malformed
+                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc)
+                self._not_started[entry.name] = str(exc)
         self.index_metrics.filters.set(len(self._running))
         self._spread_observes()
         self._started = True
@@ -281,6 +287,8 @@ class FilterSet:
                 log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc,
                           kept=running is not None)
                 problems.append(f"filter {entry.name!r} not started{kept}: {exc}")
+                if running is None:
+                    self._not_started[entry.name] = str(exc)
         stopped = [name for name in self._running if name not in wanted or name in built]
         for name in stopped:
             self._remove(name)
@@ -290,6 +298,11 @@ class FilterSet:
             except (BloomswarmError, OSError, ValueError) as exc:
                 log_event(log, logging.ERROR, "filter_not_started", filter=name, error=exc)
                 problems.append(f"filter {name!r} not started: {exc}")
+                self._not_started[name] = str(exc)
+            else:
+                self._not_started.pop(name, None)
+        for name in [n for n in self._not_started if n not in wanted]:
+            del self._not_started[name]
         order = list(wanted) + [name for name in self._running if name not in wanted]
         self.config = replace(self.config, filters=tuple(
             self._running[name].entry for name in order if name in self._running))
@@ -419,8 +432,9 @@ class FilterSet:
 
     @property
     def is_ready(self) -> bool:
-        """Every configured filter has a verified version installed (/readyz)."""
-        return bool(self._running) and all(r.daemon.metrics.is_ready for r in self._running.values())
+        """Every configured filter runs and has a verified version installed (/readyz)."""
+        return (bool(self._running) and not self._not_started
+                and all(r.daemon.metrics.is_ready for r in self._running.values()))
 
     def status(self) -> dict[str, Any]:
         """/status: each filter's daemon status, and the index's."""
@@ -435,6 +449,7 @@ class FilterSet:
                 "last_error": self._last_error,
             },
             "reload_error": self._reload_error,
+            "not_started": dict(sorted(self._not_started.items())),
             "peer_access": self._peer_access_status(),
         }
 

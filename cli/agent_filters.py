@@ -123,6 +123,8 @@ def format_filters_status(url: str, status: dict[str, Any]) -> str:
         lines.append(f"index error  {index['last_error']}")
     if status.get("reload_error"):
         lines.append(f"reload error {status['reload_error']}")
+    for name, error in (status.get("not_started") or {}).items():
+        lines.append(f"not started  {name}: {error}")
     width = max((len(name) for name in filters), default=0)
     for name, filter_status in filters.items():
         lines.append(f"  {name:<{width}}  {_filter_line(filter_status)}")

@@ -108,12 +108,20 @@ class DataDir:
         return os.path.basename(os.fsdecode(name)) == _CURRENT
 
     def current_version(self) -> int | None:
-        """The version ``current`` points at, or None when nothing is installed."""
+        """The version ``current`` points at when it is one installed here: the link reads
+        ``versions/vN`` (as :meth:`flip_current` writes it) and that version's filter file
+        exists. None when nothing is installed, and for a link that is dangling (its
+        version deleted by hand) or points elsewhere: the agent then installs a version
+        again and flips the link, and garbage collection protects nothing on its behalf."""
         try:
             target = os.readlink(self.current)
         except OSError:
             return None
-        return version_of_dir_name(Path(target).name)
+        parent, _, name = target.rpartition("/")
+        version = version_of_dir_name(name) if parent == _VERSIONS else None
+        if version is None or not self.filter_file(version).is_file():
+            return None
+        return version
 
     def flip_current(self, version: int) -> None:
         """Point ``current`` at an installed version atomically, durably.

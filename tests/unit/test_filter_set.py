@@ -459,6 +459,29 @@ def test_a_filter_added_on_reload_brings_its_keys_to_the_index(
     fleet.run_until_at({"a": 2})
 
 
+def test_a_filter_that_cannot_start_at_start_leaves_the_others_running(
+    tmp_path: Path, store: MemoryObjectStore
+) -> None:
+    """One filter's malformed state.json: the others start and update, it is reported
+    (and /readyz stays unready), and a reload once it is fixed starts it."""
+    publish_filter(store, "a", ["1"])
+    publish_filter(store, "b", ["2"])
+    state = DataDir(filter_data_dir(tmp_path / "data", "b")).state_file
+    state.parent.mkdir(parents=True)
+    state.write_text("{not json")
+    fleet = Fleet(tmp_path, store, ["a", "b"])
+    fleet.run_until_at({"a": 1})
+    status = fleet.agent.status()
+    assert "state.json is malformed" in status["not_started"]["b"]
+    assert sorted(status["filters"]) == ["a"] and not fleet.agent.is_ready
+    assert "not started  b:" in format_filters_status("http://agent", status)
+    state.unlink()
+    fleet.agent.reconfigure(Fleet.configure(tmp_path, ["a", "b"]))
+    assert fleet.agent.status()["not_started"] == {}
+    fleet.run_until_at({"b": 1})
+    assert fleet.agent.is_ready
+
+
 def test_many_filters_spread_their_periodic_status_refreshes() -> None:
     assert observe_interval(1) == observe_interval(int(OBSERVE_S * OBSERVES_PER_S)) == OBSERVE_S
     assert observe_interval(1000) == pytest.approx(1000 / OBSERVES_PER_S)
