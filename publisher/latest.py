@@ -5,7 +5,9 @@ pointer it read what the next pointer should say, and writes it with ``If-Match`
 ETag (``If-None-Match: *`` when there is none yet). When another writer got there first
 the write fails with 412, and the writer reads again and decides again: a decision is
 always made on the pointer it replaces. Each new pointer's ``sequence`` is one more
-than the one it replaces, so agents can refuse a replayed older pointer.
+than the one it replaces, so agents can refuse a replayed older pointer. With no
+``latest.json`` to replace, it is 1 for a bucket's first version, and the current Unix
+time for a later one (:func:`first_sequence`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ log = logging.getLogger("bloomswarm.latest")
 
 MAX_SWAP_ATTEMPTS = 20
 """Compare-and-swap rounds before giving up (each lost round means another writer won)."""
+
+
+def first_sequence(version: int, now: float) -> int:
+    """The sequence of a ``latest.json`` written where there is none: 1 for version 1 (a
+    new bucket); for a later version the Unix time ``now``. A later version without
+    ``latest.json`` is a recovery (a corrupt pointer deleted by an operator): the fleet has
+    seen sequences up to the number of earlier writes, far below the time, and would
+    refuse a restart at 1 as a replay."""
+    return 1 if version == 1 else max(int(now), 2)
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ def swap_latest(
         new = Pointer(
             version=target.version,
             manifest_key=manifest_key(target.version),
-            sequence=pointer.sequence + 1 if pointer is not None else 1,
+            sequence=pointer.sequence + 1 if pointer is not None else first_sequence(target.version, now()),
             issued_at=int(now()),
             publisher_id=publisher_id,
             pinned=target.pinned,

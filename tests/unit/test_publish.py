@@ -25,6 +25,7 @@ from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.common.tls_identity import ca_fingerprint, issue_certificate, make_ca
 from bloomswarm.publisher.config import DeltaConfig, PublisherConfig
 from bloomswarm.publisher.deltas import choose_bases
+from bloomswarm.publisher.latest import first_sequence
 from bloomswarm.publisher.publish import (
     MAX_CLAIM_ATTEMPTS,
     PublishResult,
@@ -67,6 +68,21 @@ def test_publishes_consecutive_versions_and_moves_latest() -> None:
     pointer = latest_pointer(store, PUBLIC)
     assert (pointer.version, pointer.sequence, pointer.pinned) == (2, 2, False)
     assert pointer.manifest_key == manifest_key(2)
+
+
+def test_after_latest_json_is_deleted_the_next_sequence_is_above_any_earlier_one() -> None:
+    """The way out of a corrupt latest.json is to delete it and publish: the fleet saw
+    sequence 3, and would refuse a new pointer at sequence 1 as a replay."""
+    store = MemoryObjectStore()
+    for keys in (["a"], ["a", "b"], ["a", "b", "c"]):
+        _publish(store, keys)
+    seen = latest_pointer(store, PUBLIC).sequence
+    store.delete([LATEST_KEY])
+    result = _publish(store, ["a", "b", "c", "d"])
+    pointer = latest_pointer(store, PUBLIC)
+    assert (result.version, pointer.version) == (4, 4)
+    assert pointer.sequence > seen and pointer.sequence >= pointer.issued_at - 1
+    assert first_sequence(1, 1_800_000_000.5) == 1 and first_sequence(4, 1_800_000_000.5) == 1_800_000_000
 
 
 def test_unchanged_filter_publishes_nothing_unless_forced() -> None:
