@@ -12,10 +12,19 @@ leftover (an abandoned or failed download) and is deleted, as is any version dir
 without its filter file (an install interrupted before its final rename), and any
 temporary link left by a flip of ``current`` that a crash interrupted. Paths are
 :class:`~bloomswarm.common.datadir.DataDir`'s.
+
+Only what the agent itself creates is ever deleted: in ``versions/`` an entry is a
+version only under its canonical name ``vN`` (``v01``, ``v-1``, ``backup`` are left
+alone, and logged), and a symbolic link there or in ``staging/`` is removed as a link,
+never followed (nothing outside the data directory is touched; a link is no installed
+version). Collection is best effort: what cannot be deleted (an immutable file, a
+permission) is logged once per collection with its full path and the reason, the rest
+is collected all the same, and the next collection tries again.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +32,9 @@ from pathlib import Path
 from bloomswarm.common.datadir import DataDir, version_of_dir_name
 
 from .install import remove_tree
+from .logfmt import log_event
+
+log = logging.getLogger("bloomswarm.agent")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,9 @@ class Collected:
     leftovers: list[str] = field(default_factory=list)
     """Staging entries and incomplete version directories deleted (paths relative to the
     data directory)."""
+    failed: list[str] = field(default_factory=list)
+    """What could not be deleted, each logged (paths relative to the data directory); the
+    next collection tries again."""
 
 
 def installed_versions(data_dir: Path) -> list[int]:
@@ -42,7 +57,8 @@ def installed_versions(data_dir: Path) -> list[int]:
     if not layout.versions.is_dir():
         return []
     found = [version_of_dir_name(entry.name) for entry in layout.versions.iterdir()]
-    return sorted(v for v in found if v is not None and layout.filter_file(v).is_file())
+    return sorted(v for v in found if v is not None and layout.filter_file(v).is_file()
+                  and not layout.version_dir(v).is_symlink())
 
 
 def versions_to_keep(installed: list[int], current: int | None, keep: int) -> set[int]:
@@ -84,35 +100,67 @@ def collect_garbage(
         if version in kept or version == layout.current_version():
             continue
         stop_seeding(version)
-        remove_tree(layout.version_dir(version))
-        result.versions.append(version)
+        if _delete(layout, layout.version_dir(version), result):
+            result.versions.append(version)
     if leftovers:
         _collect_leftovers(layout, current, downloading, result)
     return result
 
 
+def _delete(layout: DataDir, path: Path, result: Collected) -> bool:
+    """Delete ``path`` (a link as a link); a failure is logged and recorded, not raised."""
+    try:
+        remove_tree(path)
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else path
+        log_event(log, logging.WARNING, "gc_delete_failed", path=path, failed=where,
+                  error=exc.strerror or exc, detail="left in place; collected again later")
+        result.failed.append(_relative(layout, path))
+        return False
+    return True
+
+
+def _relative(layout: DataDir, path: Path) -> str:
+    return str(path.relative_to(layout.root))
+
+
+def _entries(layout: DataDir, directory: Path) -> list[Path]:
+    """The entries of ``directory`` sorted; none when it is missing or cannot be listed."""
+    try:
+        return sorted(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log_event(log, logging.WARNING, "gc_list_failed", path=directory,
+                  error=exc.strerror or exc, detail="its leftovers are not collected")
+        return []
+
+
 def _collect_leftovers(layout: DataDir, current: int | None, downloading: int | None,
                        result: Collected) -> None:
-    data_dir = layout.root
-    if layout.versions.is_dir():
-        current_dir = layout.version_dir(current) if current is not None else None
-        for entry in sorted(layout.versions.iterdir()):
-            if entry.is_dir() and not layout.filter_in(entry).exists() and entry != current_dir:
-                remove_tree(entry)
-                result.leftovers.append(str(entry.relative_to(data_dir)))
+    current_dir = layout.version_dir(current) if current is not None else None
+    for entry in _entries(layout, layout.versions):
+        version = version_of_dir_name(entry.name)
+        if version is None or entry != layout.version_dir(version):  # not a name the agent makes
+            log_event(log, logging.WARNING, "gc_left_alone", path=entry,
+                      reason="not a version directory (vN) of the agent's")
+            continue
+        if entry == current_dir:
+            continue
+        # A link is no installed version whatever it names: removed as a link. A real
+        # directory without its filter file is an install a crash interrupted.
+        incomplete = entry.is_symlink() or (entry.is_dir() and not layout.filter_in(entry).exists())
+        if incomplete and _delete(layout, entry, result):
+            result.leftovers.append(_relative(layout, entry))
     for link in layout.flip_leftovers():  # a flip interrupted by a crash
-        link.unlink(missing_ok=True)
-        result.leftovers.append(link.name)
+        if _delete(layout, link, result):
+            result.leftovers.append(link.name)
     active = layout.staging_dir(downloading) if downloading is not None else None
-    if layout.staging.is_dir():
-        for entry in sorted(layout.staging.iterdir()):
-            if entry == active:
-                continue
-            if entry.is_dir():
-                remove_tree(entry)
-            else:
-                entry.unlink(missing_ok=True)
-            result.leftovers.append(str(entry.relative_to(data_dir)))
+    for entry in _entries(layout, layout.staging):
+        if entry == active:
+            continue
+        if _delete(layout, entry, result):  # a link is removed as a link
+            result.leftovers.append(_relative(layout, entry))
 
 
 __all__ = ["Collected", "collect_garbage", "installed_versions", "versions_to_keep"]

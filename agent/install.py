@@ -18,6 +18,8 @@ import errno
 import json
 import os
 import shutil
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,9 +184,41 @@ def read_if_present(path: Path) -> bytes | None:
 
 
 def remove_tree(path: Path) -> None:
-    """Delete ``path`` and everything below it; a missing path is fine."""
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(path)
+    """Delete ``path`` and everything below it; a missing path is fine.
+
+    A symbolic link is removed as a link, never followed (even to a directory), as is
+    any other entry that is not a directory: nothing outside ``path`` is ever deleted.
+    Everything that can be deleted is; then the first failure is raised as an OSError
+    naming the full path of what could not be deleted (and, in a note, how many other
+    deletions failed).
+    """
+    try:
+        is_dir = stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return
+    if not is_dir:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    failures: list[OSError] = []
+
+    def failed(_function: object, failed_path: str, exc: BaseException) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return  # gone meanwhile: deleted all the same
+        if not isinstance(exc, OSError):
+            raise exc
+        # rmtree names the entry relative to its directory's descriptor: name it fully.
+        failures.append(OSError(exc.errno, exc.strerror or str(exc), os.fsdecode(failed_path)))
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=failed)
+    else:
+        shutil.rmtree(path, onerror=lambda function, where, info: failed(function, where, info[1]))
+    if failures:
+        first = failures[0]
+        if len(failures) > 1 and sys.version_info >= (3, 11):
+            first.add_note(f"{len(failures) - 1} other deletion(s) under {path} failed too")
+        raise first
 
 
 def read_last_sequence(data_dir: Path) -> int | None:

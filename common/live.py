@@ -6,7 +6,11 @@ of ``current/filter.bsf`` every ``poll_interval`` seconds. It then maps and vali
 new file and swaps one reference. A lookup reads that reference once, so it answers
 wholly from the old or wholly from the new version, never from a mixture. The old
 mapping is released when the last lookup still using it returns. A new file that fails
-validation is refused (logged, counted) and the old one keeps serving.
+validation is refused (logged, counted) and the old one keeps serving; it is not opened
+again until ``current`` names another file. A new file that cannot be opened for a
+passing reason (an OSError: ENOMEM from mmap, EMFILE, the file replaced meanwhile) is not
+refused: the old one keeps serving and the next refresh (the next poll or watch event)
+tries again. None of this touches the lookup path, which reads one reference.
 
 An agent that follows named filters keeps one data directory per filter
 (``DATA_DIR/filters/NAME``): ``LiveFilter(DATA_DIR, filter=NAME)`` follows that one.
@@ -78,13 +82,18 @@ class LiveFilter:
         self._lock = threading.Lock()
         self._callbacks: list[SwapCallback] = []
         self._rejected: tuple[int, int] | None = None
+        """The file ``current`` names that failed validation (not opened again)."""
+        self._failing: tuple[int, int] | None = None
+        """The file ``current`` names that could not be opened (retried; logged once)."""
         self._stop = threading.Event()
         self.swap_count = 0
         """Swaps done since construction (the first version counts)."""
         self.rejected_count = 0
         """New files refused because they failed validation."""
+        self.open_error_count = 0
+        """Attempts to open a new file that failed with an OSError (each retried later)."""
         self.last_error: str | None = None
-        """Why the most recent new file was refused, if one was."""
+        """Why the most recent new file was refused or could not be opened, if one was."""
         self.refresh()
         deadline = time.monotonic() + wait
         while isinstance(self._current, _NoVersion) and time.monotonic() < deadline:
@@ -133,19 +142,32 @@ class LiveFilter:
             except OSError:
                 return False
             identity = (stat.st_dev, stat.st_ino)
+            if identity == self._rejected:
+                return False
+            # ``current`` names another file: a refusal was about one it no longer names
+            # (whose inode number a new file may even reuse).
+            self._rejected = None
             current = self._current
             if isinstance(current, Filter) and current.identity == identity:
-                return False
-            if identity == self._rejected:
+                self._failing = None
                 return False
             try:
                 new = Filter.open(path, verify=self._verify, engine=self._engine)
-            except (BloomswarmError, OSError) as exc:
-                self._rejected = identity
+            except BloomswarmError as exc:  # the content: not a valid filter file
+                self._rejected, self._failing = identity, None
                 self.rejected_count += 1
                 self.last_error = f"{path}: {exc}"
                 log.error("refusing new filter file, keeping the current one: %s", self.last_error)
                 return False
+            except OSError as exc:  # passing (ENOMEM, EMFILE, ...): the next refresh retries
+                self.open_error_count += 1
+                self.last_error = f"{path}: {exc}"
+                level = logging.DEBUG if identity == self._failing else logging.WARNING
+                self._failing = identity
+                log.log(level, "cannot open new filter file, keeping the current one, "
+                        "retrying at the next refresh: %s", self.last_error)
+                return False
+            self._failing = None
             if isinstance(current, Filter) and new.identity == current.identity:
                 return False
             old = None if isinstance(current, _NoVersion) else current
