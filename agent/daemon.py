@@ -466,7 +466,7 @@ class AgentDaemon:
         if target.applying is not None:  # a delta's apply writes into staging: let it end first
             target.applying.wait()
         self._remove_transfer(target.key)
-        remove_tree(self.layout.staging_dir(target.version))
+        self._discard(self.layout.staging_dir(target.version))
         self._target = None
         self._log_event(logging.INFO, "download_abandoned", version=target.version, reason=why)
 
@@ -667,7 +667,7 @@ class AgentDaemon:
                 return
             self.metrics.verification_failures.labels(exc.check).inc()
             self._remove_transfer(version)
-            remove_tree(staging)  # corrupt content is not worth resuming
+            self._discard(staging)  # corrupt content is not worth resuming
             self._fail(target, now, "verification_failed", str(exc), check=exc.check)
             return
         documents = target.announcement.documents
@@ -683,7 +683,7 @@ class AgentDaemon:
             self._swap(target, now, downloaded=True, delta_from=delta.base if delta is not None else None)
         except OSError as exc:  # disk full, permissions: current still serves
             self._remove_transfer(target.key)  # before its staged file goes
-            remove_tree(staging)
+            self._discard(staging)
             self._fail(target, now, "install_failed", f"{exc.strerror or exc}: {exc.filename or ''}")
             return
         if delta is None:
@@ -694,8 +694,18 @@ class AgentDaemon:
                 self._seed(delta.key, delta.torrent, downloaded=True)
             else:
                 self._remove_transfer(delta.key)
-        remove_tree(staging)  # nothing reads it any more
+        self._discard(staging)  # nothing reads it any more
         self._collect(leftovers=False)  # retention: a crash's leftovers went at the start
+
+    def _discard(self, path: Path) -> None:
+        """Delete ``path`` (a staging directory, a corrupt copy) as far as possible; what
+        cannot be deleted is logged and left to a later collection, never raised: the
+        version at hand is installed, or failed, either way."""
+        try:
+            remove_tree(path)
+        except OSError as exc:
+            self._log_event(logging.WARNING, "cleanup_failed", path=path,
+                            error=f"{exc.strerror or exc}: {exc.filename or path}")
 
     def _keep_delta(self, plan: DeltaPlan) -> bool:
         """Keep the applied delta beside its installed version, to seed it; a failure is
@@ -719,7 +729,7 @@ class AgentDaemon:
             self.metrics.verification_failures.labels(exc.check).inc()
             if self.layout.current_version() != target.version:
                 self._remove_transfer(target.version)
-                remove_tree(self.layout.version_dir(target.version))
+                self._discard(self.layout.version_dir(target.version))
             self._fail(target, now, "verification_failed", f"installed copy: {exc}", check=exc.check)
             return
         self._swap(target, now, downloaded=False)

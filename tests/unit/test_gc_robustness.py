@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomswarm.agent import daemon as daemon_module
 from bloomswarm.agent import gc as gc_module
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.gc import collect_garbage, installed_versions
@@ -277,3 +278,30 @@ def test_undeletable_old_version_does_not_stop_seeding_the_new_one(
     assert (daemon.layout.version_dir(1)).exists()
     assert any(str(daemon.layout.version_dir(1)) in message
                for message in _warnings(caplog, "gc_delete_failed"))
+
+
+@pytest.mark.usefixtures("offline")
+def test_an_undeletable_staging_directory_after_an_install_does_not_stop_seeding_the_new_version(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    publish(store, ["a"])
+    daemon = make_daemon(agent_config(tmp_path), origin)
+    daemons.append(daemon)
+    run_until(daemon, lambda: installed(daemon, 1))
+    staging = daemon.layout.staging_dir(2)
+
+    def remove_tree_failing(path: Path) -> None:
+        if path == staging:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(staging / "filter.bsf"))
+        remove_tree(path)
+
+    monkeypatch.setattr(daemon_module, "remove_tree", remove_tree_failing)
+    publish(store, ["a", "b"])
+    with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
+        run_until(daemon, lambda: installed(daemon, 2))
+        for _ in range(5):
+            daemon.step()
+    assert daemon.transfer.versions() == [1, 2]
+    assert daemon.status()["last_error"] is None
+    assert any(str(staging) in message for message in _warnings(caplog, "cleanup_failed"))
