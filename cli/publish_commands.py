@@ -32,7 +32,7 @@ from bloomswarm.common.errors import BloomswarmError, ConfigError, FormatError, 
 
 from .arguments import fpp_value, layout_value, pid_value, positive_int, seed_value, version_value
 from .commands import HELP
-from .filter_commands import _add_key_options, add_build_engine_options
+from .filter_commands import _add_key_options, add_build_engine_options, format_unix_time
 from .signals import sigterm_interrupts
 
 if TYPE_CHECKING:
@@ -413,12 +413,19 @@ def run_versions(args: argparse.Namespace) -> int:
                 state = f"unreadable manifest: {exc}"[:60]
             else:
                 size = f"{manifest.size:,}"
-                created = dt.datetime.fromtimestamp(
-                    manifest.created_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+                created = _created_column(manifest.created_at)
                 keys = f"{manifest.filter.key_count:,}"
                 deltas = _deltas_column(manifest)
         print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys:<13}  {deltas}".rstrip())
     return 0
+
+
+def _created_column(created_at: int) -> str:
+    """"2026-11-25 07:53:16" (UTC); a time datetime cannot show (past year 9999, before
+    year 1) as :func:`~.filter_commands.format_unix_time` shows it, "out of range (N s
+    since the epoch)", so that one odd manifest does not stop the listing."""
+    shown = format_unix_time(created_at)  # ISO 8601: "2026-11-25T07:53:16+00:00"
+    return shown if shown.startswith("out of range") else shown[:19].replace("T", " ")
 
 
 def _deltas_column(manifest: Manifest) -> str:

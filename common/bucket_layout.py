@@ -143,9 +143,13 @@ def is_manifest_key(key: str) -> bool:
 
 
 def parse_version_prefix(key: str) -> int | None:
-    """Return N when ``key`` is "vN" or lies under "vN/" (no leading zeros); else None."""
+    """Return N when ``key`` is "vN" or lies under "vN/" (no leading zeros, at most
+    :data:`MAX_VERSION`); else None."""
     match = _VERSION_PREFIX.match(key)
-    return int(match.group(1)) if match else None
+    if match is None or len(match.group(1)) > len(str(MAX_VERSION)):
+        return None
+    version = int(match.group(1))
+    return version if version <= MAX_VERSION else None
 
 
 __all__ = [

@@ -34,6 +34,16 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, parsed.path.strip("/")
 
 
+def check_utf8(value: str, what: str) -> None:
+    """ConfigError unless ``value`` can be sent as UTF-8: a command-line argument or
+    variable that was not UTF-8 arrives as lone surrogates (``'\\udcff'``), which no key,
+    URL or JSON document can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{what} {value!r:.80} is not valid UTF-8") from None
+
+
 @dataclass(frozen=True)
 class S3Config:
     """Where and how to reach an S3-compatible bucket. Credentials come from the standard
@@ -70,6 +80,11 @@ class S3Config:
     def __post_init__(self) -> None:
         if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
             raise ConfigError(f"invalid S3 bucket name {self.bucket!r}")
+        for what, value in (("S3 prefix", self.prefix), ("S3 endpoint_url", self.endpoint_url),
+                            ("S3 region", self.region), ("S3 profile", self.profile),
+                            ("S3 public_base_url", self.public_base_url)):
+            if isinstance(value, str):
+                check_utf8(value, what)
         if self.prefix != self.prefix.strip("/"):
             object.__setattr__(self, "prefix", self.prefix.strip("/"))
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:

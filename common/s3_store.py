@@ -21,7 +21,7 @@ import datetime as dt
 import io
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -104,6 +104,24 @@ def _is_not_modified(exc: BaseException) -> bool:
     code = exc.response.get("Error", {}).get("Code")
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return code in ("304", "NotModified") or status == 304
+
+
+def _not_s3(config: S3Config, key: str | None, header: str) -> StorageError:
+    """The error for an answer that lacks a header every S3 answer has: the endpoint is
+    most likely not S3 (a web server answering 200 to anything)."""
+    where = f"{config.url}/{key}" if key else config.url
+    endpoint = config.endpoint_url or "AWS S3 (default endpoint)"
+    return StorageError(
+        f"the answer of {endpoint} for {where} has no {header}: is it an S3 endpoint?"
+    )
+
+
+def _etag_of(response: Mapping[str, object], config: S3Config, key: str | None) -> str:
+    """The ETag of an S3 answer; StorageError (:func:`_not_s3`) when it has none."""
+    etag = response.get("ETag")
+    if not isinstance(etag, str) or not etag:
+        raise _not_s3(config, key, "ETag")
+    return etag
 
 
 def _is_transient(err: StorageError) -> bool:
@@ -210,7 +228,10 @@ class S3ObjectStore:
                 f"bucket {self.config.bucket!r} does not exist at "
                 f"{self.config.endpoint_url or 'AWS S3'}"
             ) from exc
-        return ObjectInfo(size=response["ContentLength"], etag=response["ETag"])
+        size = response.get("ContentLength")
+        if not isinstance(size, int):
+            raise _not_s3(self.config, key, "Content-Length")
+        return ObjectInfo(size=size, etag=_etag_of(response, self.config, key))
 
     def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
         """See :meth:`ObjectStore.get`."""
@@ -225,7 +246,7 @@ class S3ObjectStore:
             if _is_not_modified(exc):
                 return None
             raise translate_boto_error(exc, config=self.config, key=key) from exc
-        return StoredObject(data=data, etag=response["ETag"])
+        return StoredObject(data=data, etag=_etag_of(response, self.config, key))
 
     def put(
         self,
@@ -250,7 +271,8 @@ class S3ObjectStore:
         if if_match is not None:
             args["IfMatch"] = if_match
         with self._translated(key):
-            return self._client.put_object(**args)["ETag"]
+            response = self._client.put_object(**args)
+        return _etag_of(response, self.config, key)
 
     def upload_file(
         self, key: str, path: Path, *, progress: Callable[[int], None] | None = None
@@ -280,12 +302,13 @@ class S3ObjectStore:
                 if progress is not None:
                     progress(len(chunk))
             with self._translated(key):
-                return self._client.complete_multipart_upload(
+                completed = self._client.complete_multipart_upload(
                     Bucket=bucket,
                     Key=full,
                     UploadId=upload_id,
                     MultipartUpload={"Parts": parts},
-                )["ETag"]
+                )
+            return _etag_of(completed, self.config, key)
         except BaseException:
             self._abort(full, upload_id)
             raise
@@ -312,7 +335,9 @@ class S3ObjectStore:
                 time.sleep(min(0.5 * 2 ** (attempt - 1), 5.0))
                 attempt += 1
                 continue
-            part: CompletedPartTypeDef = {"PartNumber": number, "ETag": response["ETag"]}
+            part: CompletedPartTypeDef = {
+                "PartNumber": number, "ETag": _etag_of(response, self.config, key)
+            }
             if "ChecksumSHA256" in response:
                 part["ChecksumSHA256"] = response["ChecksumSHA256"]
             return part
@@ -461,7 +486,12 @@ class S3ObjectStore:
             args["IfMatch"] = if_match
         with self._translated(key):
             response = self._client.get_object(**args)
-        return response["Body"], response["ETag"]
+        body = response["Body"]
+        try:
+            return body, _etag_of(response, self.config, key)
+        except StorageError:
+            body.close()
+            raise
 
 
 class _S3ReadStream(io.RawIOBase):

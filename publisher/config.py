@@ -53,6 +53,7 @@ from typing import Any, Literal
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 from bloomswarm.common.params import Layout
+from bloomswarm.common.s3_config import check_utf8
 from bloomswarm.common.settings import SettingsLoader
 from bloomswarm.common.storage import S3Config
 
@@ -209,6 +210,7 @@ class PublisherConfig:
     def __post_init__(self) -> None:
         if not self.publisher_id:
             raise ConfigError("publisher_id must not be empty")
+        check_utf8(self.publisher_id, "publisher_id")  # signed into manifests: refused before any upload
         if self.keep_versions < 1:
             raise ConfigError(f"keep_versions must be at least 1, got {self.keep_versions}")
         if self.orphan_grace_s < 0 or self.watch_debounce_s < 0:
@@ -222,6 +224,7 @@ class PublisherConfig:
         if self.torrent_format not in ("v1", "hybrid"):
             raise ConfigError(f"torrent_format must be v1 or hybrid, got {self.torrent_format!r}")
         for url in self.trackers:
+            check_utf8(url, "tracker URL")
             if not url.startswith(_TRACKER_SCHEMES):
                 raise ConfigError(f"tracker URL must be http(s):// or udp://, got {url!r}")
 

@@ -136,10 +136,14 @@ def base_file(
     warning, when it cannot be had."""
     cached = _cache_path(deltas, base)
     path = cached if cached is not None else work_dir / f"base-v{base.version}.bsf"
-    if cached is not None and cached.exists():
-        if file_sha256(cached) == base.sha256:
-            return cached
-        log.warning("%s does not match v%d's manifest; downloading it again", cached, base.version)
+    try:
+        if cached is not None and cached.exists():
+            if file_sha256(cached) == base.sha256:
+                return cached
+            log.warning("%s does not match v%d's manifest; downloading it again", cached, base.version)
+    except OSError as exc:  # a directory in its place, EACCES, EIO: as if it were corrupt
+        log.warning("cannot read %s (v%d's cached file): %s; downloading it again",
+                    cached, base.version, exc.strerror or exc)
     log.info("downloading v%d (%s bytes) to make a delta from it", base.version, f"{base.size:,}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -147,7 +151,13 @@ def base_file(
     except (StorageError, OSError) as exc:
         log.warning("no delta from v%d: cannot download its file: %s", base.version, exc)
         return None
-    if file_sha256(path) != base.sha256:
+    try:
+        matches = file_sha256(path) == base.sha256
+    except OSError as exc:
+        log.warning("no delta from v%d: cannot read its downloaded file %s: %s",
+                    base.version, path, exc.strerror or exc)
+        return None
+    if not matches:
         log.warning("no delta from v%d: its file does not match its manifest's SHA-256",
                     base.version)
         path.unlink(missing_ok=True)

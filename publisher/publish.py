@@ -45,6 +45,7 @@ from typing import Literal
 
 from bloomswarm.common.bucket_layout import (
     FILTER_FILE_NAME,
+    MAX_VERSION,
     filter_key,
     manifest_key,
     new_attempt_id,
@@ -131,7 +132,8 @@ def publish_filter(
 
     Returns "unchanged" without writing anything when the filter equals latest.json's
     and ``force`` is false. Raises StorageError when every one of
-    :data:`MAX_CLAIM_ATTEMPTS` version numbers was taken by other publishers, and the
+    :data:`MAX_CLAIM_ATTEMPTS` version numbers was taken by other publishers or when the
+    next number would pass :data:`MAX_VERSION` (before anything is written), and the
     store's errors (StorageError, ObjectNotFound for a missing bucket) as they come.
     """
     swarm_ca = load_swarm_ca(config.swarm_ca)
@@ -143,7 +145,7 @@ def publish_filter(
                 and previous.swarm_ca_sha256 == (swarm_ca.sha256 if swarm_ca else None)):
             return PublishResult("unchanged", previous.version, previous, latest.pointer)
     claimed = [n for n, folder in folders.items() if folder.claimed]
-    version = max([latest.pointer.version if latest else 0, *claimed]) + 1
+    version = _check_version_left(max([latest.pointer.version if latest else 0, *claimed]) + 1)
     recent = newest_manifests(store, max(config.deltas.max_bases, 1), below=version)
     sizing: SizingAction = (
         "kept" if recent and recent[0].filter.to_params() == builder.params else "resized"
@@ -159,6 +161,7 @@ def publish_filter(
                     f"gave up after other publishers took {lost} version numbers in a row "
                     f"(up to v{version - 1}); try again"
                 )
+            _check_version_left(version)
             if store.exists(manifest_key(version)):  # taken since we listed: skip the upload
                 log.info("v%d was claimed by another publisher; trying v%d", version, version + 1)
                 lost, version = lost + 1, version + 1
@@ -181,6 +184,17 @@ def publish_filter(
                     outcome.pointer.version, version)
     return PublishResult("published", version, manifest, outcome.pointer, lost, sizing,
                          recent[0].version if recent else None)
+
+
+def _check_version_left(version: int) -> int:
+    """``version``, the next number to claim; StorageError when it is beyond
+    :data:`MAX_VERSION` (the bucket already holds the highest version number)."""
+    if version > MAX_VERSION:
+        raise StorageError(
+            f"no version number left: the bucket already holds v{version - 1}, the highest "
+            f"there is (2**63-1); publish to a new bucket or prefix"
+        )
+    return version
 
 
 def same_filter(manifest: Manifest, header: FilterHeader) -> bool:

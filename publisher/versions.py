@@ -9,14 +9,15 @@ from this view.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bloomswarm.common.bucket_layout import (
     LATEST_KEY,
+    MAX_VERSION,
     attempt_started_at,
     manifest_key,
-    parse_version_prefix,
     signature_key,
     version_prefix,
 )
@@ -27,6 +28,12 @@ from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import ObjectStore
 
 log = logging.getLogger("bloomswarm.versions")
+
+_NUMBERED_FOLDER = re.compile(r"v([0-9]+)/")
+"""A folder named like a version's: "v" and digits (canonical or not, in range or not)."""
+_WARNED_STRAYS: set[str] = set()
+"""Stray folders already warned about in this process (one publish lists versions
+several times; a watching publisher or tracker-sync lists them every round)."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +75,29 @@ class LatestPointer:
 
 
 def scan_versions(store: ObjectStore) -> dict[int, VersionFolder]:
-    """Every version folder in the store, by version number (one listing)."""
+    """Every version folder in the store, by version number (one listing).
+
+    Keys under a folder that looks like a version's but is none (``v0/``, leading zeros
+    as in ``v007/``, a number beyond :data:`MAX_VERSION`) are left out, with a warning
+    once per folder and process: a stray key must not stop publishing or listing."""
     grouped: dict[int, list[str]] = {}
+    strays: dict[str, str] = {}
     for key in store.list("v"):
-        version = parse_version_prefix(key)
-        if version is not None and key.startswith(version_prefix(version)):
-            grouped.setdefault(version, []).append(key)
+        match = _NUMBERED_FOLDER.match(key)
+        if match is None:
+            continue
+        digits = match.group(1)
+        if digits.startswith("0"):
+            strays[match.group(0)] = "not a version number (0 or leading zeros)"
+        elif len(digits) > len(str(MAX_VERSION)) or int(digits) > MAX_VERSION:
+            strays[match.group(0)] = f"beyond the highest version number {MAX_VERSION}"
+        else:
+            grouped.setdefault(int(digits), []).append(key)
+    for folder, why in sorted(strays.items()):
+        shown = folder if len(folder) <= 40 else f"{folder[:36]}.../"
+        level = logging.DEBUG if folder in _WARNED_STRAYS else logging.WARNING
+        _WARNED_STRAYS.add(folder)
+        log.log(level, "ignoring the keys under %s: %s", shown, why)
     return {n: VersionFolder(n, tuple(sorted(keys))) for n, keys in sorted(grouped.items())}
 
 

@@ -155,6 +155,7 @@ def test_writers_can_read_a_pointer_signed_by_any_key() -> None:
     [
         ("v1/", 1), ("v12", 12), ("v10/manifest.json", 10), ("v012/", None), ("v0/", None),
         ("latest.json", None), ("v/", None), ("v1x/", None), ("x/v1/", None), ("v-1/", None),
+        (f"v{2**63 - 1}/", 2**63 - 1), (f"v{2**63}/junk", None), ("v99999999999999999999/", None),
     ],
 )
 def test_parse_version_prefix(key: str, expected: int | None) -> None:
