@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before a test patches it)
 from bloomswarm.common.bucket_layout import MAX_VERSION, manifest_key
 from bloomswarm.common.errors import ConfigError, StorageError
 from bloomswarm.common.file_hash import file_sha256
