@@ -601,8 +601,16 @@ class AgentDaemon:
             return False
         partial = self.layout.staged_delta(version, plan.base)
         present = partial.stat().st_size if partial.is_file() else 0
-        if not self._fits(target, now, target.manifest.size + plan.entry.size, present):
+        if target.manifest.size > self.config.install.max_file_size:
+            self._fits(target, now, target.manifest.size, 0)  # refused, and retried later
             return True
+        try:  # the delta and the file it makes, on disk at once
+            check_capacity(self.data_dir, target.manifest.size + plan.entry.size,
+                           max_file_size=target.manifest.size + plan.entry.size,
+                           margin=self.config.install.disk_margin_bytes, already_present=present)
+        except DownloadRefused as exc:
+            self._fall_back(target, now, DeltaFallback("no_room", f"{exc}; the full file alone may fit"))
+            return False
         staging = self.layout.staging_dir(version)
         staging.mkdir(parents=True, exist_ok=True)
         torrent_file = self.layout.staged_delta_torrent(version, plan.base)

@@ -39,6 +39,8 @@ Every failure raises :class:`DeltaFallback` naming its reason (the label of
 ``wrong_result``   the delta's target is not the manifest's file, or the result fails
                    the swap gate
 ``stalled``        the delta download made no progress for ``install.delta_stall_s``
+``no_room``        the delta and the file it makes do not fit on disk together (the
+                   full file alone may)
 =================  ==================================================================
 """
 
@@ -69,6 +71,7 @@ log = logging.getLogger("bloomswarm.agent")
 
 FALLBACK_REASONS = (
     "base_missing", "missing", "delta_hash", "base_modified", "corrupt", "wrong_result", "stalled",
+    "no_room",
 )
 """Every label of ``delta_fallbacks_total{reason}``."""
 

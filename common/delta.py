@@ -200,8 +200,8 @@ def apply_delta(
     with open(base, "rb") as src:
         try:
             base_header = FilterHeader.unpack(src.read(HEADER_SIZE), os.fstat(src.fileno()).st_size)
-        except FormatError as exc:
-            raise DeltaError(f"base {base} is not a valid filter file: {exc}") from None
+        except FormatError as exc:  # its header damaged: not the file the delta was made from
+            raise WrongBase(f"base {base} is not a valid filter file: {exc}") from None
         _check_base(base_header, header)
         with _temporary_beside(out) as (tmp_fd, tmp_path):
             # Blocks reserved first: a full disk is an OSError here, never a SIGBUS in the mapping.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable
@@ -149,6 +150,16 @@ def _modify_base(store: MemoryObjectStore, v2: Manifest, daemon: AgentDaemon) ->
         fh.write(bytes([byte[0] ^ 0x5A]))
 
 
+def _modify_base_header(store: MemoryObjectStore, v2: Manifest, daemon: AgentDaemon) -> None:
+    base = daemon.layout.filter_file(1)
+    os.chmod(base, 0o644)
+    with base.open("r+b") as fh:  # the header no longer reads (its checksum fails)
+        fh.seek(40)
+        byte = fh.read(1)
+        fh.seek(40)
+        fh.write(bytes([byte[0] ^ 0x5A]))
+
+
 def _sign_corrupt_delta(store: MemoryObjectStore, v2: Manifest, daemon: AgentDaemon) -> None:
     stored = store.get(_delta(v2, 1).key)
     assert stored is not None
@@ -179,6 +190,7 @@ def _sign_delta_to_another_file(store: MemoryObjectStore, v2: Manifest, daemon: 
     (_delete_delta, "missing"),
     (_delete_delta_torrent, "missing"),
     (_modify_base, "base_modified"),
+    (_modify_base_header, "base_modified"),
     (_sign_corrupt_delta, "corrupt"),
     (_sign_truncated_delta, "corrupt"),
     (_sign_delta_to_another_file, "wrong_result"),
@@ -203,6 +215,39 @@ def test_every_failure_of_the_delta_falls_back_to_the_full_file(
     assert daemon.layout.installed_deltas(2) == []
     assert not any(key for key in daemon.transfer.versions() if isinstance(key, DeltaKey))
     assert not any(daemon.layout.staging.iterdir())
+
+
+def test_install_max_file_size_bounds_the_file_not_the_file_and_its_delta(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon],
+) -> None:
+    """A limit the file meets lets its delta in too (it was refused, retried for ever)."""
+    other = MemoryObjectStore()
+    publish(other, KEYS_1, deltas=True)
+    size = publish(other, KEYS_2, deltas=True).size  # v2's size, to set the limit to
+    daemon = _on_v1(tmp_path, store, origin, daemons,
+                    install=InstallConfig(disk_margin_bytes=0, max_file_size=size))
+    v2 = publish(store, KEYS_2, deltas=True)
+    assert v2.size == size
+    run_until(daemon, lambda: installed(daemon, 2))
+    assert _serves(daemon, v2) and metric(daemon, "delta_installs_total") == 1
+    assert metric(daemon, "refusals_total", reason="file_too_large") == 0
+
+
+def test_a_delta_without_room_beside_its_result_falls_back_to_the_full_file(
+    tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The disk holds the file but not the file and the delta at once: the file, at once."""
+    daemon = _on_v1(tmp_path, store, origin, daemons)
+    v2 = publish(store, KEYS_2, deltas=True)
+    free = v2.size + _delta(v2, 1).size // 2
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=free))
+    caplog.set_level(logging.INFO, logger="bloomswarm.agent")
+    run_until(daemon, lambda: installed(daemon, 2))
+    assert _serves(daemon, v2) and _fallbacks(daemon) == {"no_room": 1}
+    assert origin.served[v2.filter_key] == v2.size
+    assert sum("event=delta_fallback" in m for m in caplog.messages) == 1
 
 
 def test_a_delta_that_stalls_falls_back_to_the_full_file(
