@@ -77,6 +77,10 @@ OBSERVES_PER_S = 25.0
 1,000: a scrape every 15-60 s sees a download's progress move), so that a hundred filters
 do not spend the loop rebuilding their status sections 4 times a second each."""
 
+FILTER_START_ERRORS = (BloomswarmError, OSError, ValueError)
+"""What building or starting one filter may raise that is that filter's problem alone (a
+key file unreadable or named with a NUL, a malformed state.json, a full disk)."""
+
 DaemonFactory = Callable[[FilterConfig, AgentConfig], "AgentDaemon"]
 """Builds the daemon of one filter from its entry and its per-filter configuration
 (:func:`~.filter_config.filter_agent_config`, with :data:`FILTER_POLL_S`)."""
@@ -202,9 +206,8 @@ class FilterSet:
         for entry in self.config.filters:
             try:
                 self._start(entry, self._build(entry))
-            except (BloomswarmError, OSError, ValueError) as exc:  # e.g. its state.json malformed
-                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc)
-                self._not_started[entry.name] = str(exc)
+            except FILTER_START_ERRORS as exc:  # e.g. its state.json malformed
+                self._not_startable(entry.name, exc)
         self.index_metrics.filters.set(len(self._running))
         self._spread_observes()
         self._started = True
@@ -274,33 +277,15 @@ class FilterSet:
             log_event(log, logging.WARNING, "reload_partial",
                       reason="only [[filters]] change on reload; restart the agent for the other settings")
         wanted = {entry.name: entry for entry in config.filters}
-        problems: list[str] = []
-        built: dict[str, tuple[FilterConfig, AgentDaemon]] = {}
-        for entry in config.filters:
-            running = self._running.get(entry.name)
-            if running is not None and running.entry == entry:
-                continue
-            try:
-                built[entry.name] = (entry, self._build(entry))
-            except (BloomswarmError, OSError, ValueError) as exc:  # e.g. a key file unreadable
-                kept = " (keeps running as it was)" if running is not None else ""
-                log_event(log, logging.ERROR, "filter_not_started", filter=entry.name, error=exc,
-                          kept=running is not None)
-                problems.append(f"filter {entry.name!r} not started{kept}: {exc}")
-                if running is None:
-                    self._not_started[entry.name] = str(exc)
+        built, problems = self._build_changed(config.filters)
         stopped = [name for name in self._running if name not in wanted or name in built]
         for name in stopped:
             self._remove(name)
-        for name, (entry, daemon) in built.items():
+        for entry, daemon in built.values():
             try:
                 self._start(entry, daemon)
-            except (BloomswarmError, OSError, ValueError) as exc:
-                log_event(log, logging.ERROR, "filter_not_started", filter=name, error=exc)
-                problems.append(f"filter {name!r} not started: {exc}")
-                self._not_started[name] = str(exc)
-            else:
-                self._not_started.pop(name, None)
+            except FILTER_START_ERRORS as exc:
+                problems.append(self._not_startable(entry.name, exc))
         for name in [n for n in self._not_started if n not in wanted]:
             del self._not_started[name]
         order = list(wanted) + [name for name in self._running if name not in wanted]
@@ -314,6 +299,32 @@ class FilterSet:
         log_event(log, logging.INFO, "reloaded", filters=len(self._running),
                   stopped=",".join(stopped) or None, started=started or None)
         self._reload_error = "; ".join(problems) or None
+
+    def _build_changed(
+        self, entries: Iterable[FilterConfig]
+    ) -> tuple[dict[str, tuple[FilterConfig, AgentDaemon]], list[str]]:
+        """The daemons of ``entries`` that are new or changed, built but not started, by
+        name; and what could not be built (a changed filter that cannot be keeps running)."""
+        built: dict[str, tuple[FilterConfig, AgentDaemon]] = {}
+        problems: list[str] = []
+        for entry in entries:
+            running = self._running.get(entry.name)
+            if running is not None and running.entry == entry:
+                continue
+            try:
+                built[entry.name] = (entry, self._build(entry))
+            except FILTER_START_ERRORS as exc:  # e.g. a key file unreadable
+                problems.append(self._not_startable(entry.name, exc, running=running is not None))
+        return built, problems
+
+    def _not_startable(self, name: str, exc: BaseException, *, running: bool = False) -> str:
+        """Log that filter ``name`` could not start and note it (unless it keeps running as
+        it was); the line for /status."""
+        log_event(log, logging.ERROR, "filter_not_started", filter=name, error=exc, kept=running or None)
+        if running:
+            return f"filter {name!r} not started (keeps running as it was): {exc}"
+        self._not_started[name] = str(exc)
+        return f"filter {name!r} not started: {exc}"
 
     def _reload(self, load_config: Callable[[], AgentConfig]) -> None:
         try:
@@ -331,7 +342,7 @@ class FilterSet:
         """Give the poller the keys of the filters that run; the problem, if any."""
         try:
             self.poller.set_keys(self._index_keys(self.config))
-        except (BloomswarmError, OSError, ValueError) as exc:
+        except FILTER_START_ERRORS as exc:
             log_event(log, logging.ERROR, "index_keys_kept", error=exc)
             return [f"the index's keys were kept: {exc}"]
         return []
@@ -354,6 +365,7 @@ class FilterSet:
     def _start(self, entry: FilterConfig, daemon: AgentDaemon) -> None:
         daemon.start()
         self._running[entry.name] = _Running(entry, daemon)
+        self._not_started.pop(entry.name, None)
         name = entry.name
         if entry.follows_index and (self.poller.entry(name) is not None or self.poller.problem(name)):
             daemon.poll_now()
