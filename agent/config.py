@@ -27,7 +27,10 @@ credentials come from boto3's standard chain, never from here. docs/agent.md lis
 setting. An unknown setting — in the file or as a ``BLOOMSWARM_AGENT_*`` variable — or a
 value of the wrong type (nan or inf where a number belongs, a string where a bool does)
 raises ConfigError naming it, in every table alike: :mod:`bloomswarm.common.settings`
-does the reading and checking for both components; the dataclasses check ranges.
+does the reading and checking for both components; the dataclasses check ranges, upper
+bounds included (timeouts and intervals at most a day, integers that go into libtorrent
+within 32 bits, base URLs that ``/latest.json`` can be appended to), so that a value that
+would fail on every poll is refused at start.
 
 ``[[filters]]`` tables (:mod:`.filter_config`) list the named filters the agent follows;
 they are no setting: the file alone gives them (``BLOOMSWARM_AGENT_FILTERS`` is refused).
@@ -44,7 +47,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bloomswarm.common.errors import ConfigError
-from bloomswarm.common.settings import SettingsLoader
+from bloomswarm.common.settings import (
+    INT32_MAX,
+    MAX_INTERVAL_S,
+    MAX_TIMEOUT_S,
+    SettingsLoader,
+    check_at_most,
+    check_http_url,
+)
 from bloomswarm.common.storage import S3Config
 
 from .filter_config import FILTERS_KEY, FilterConfig, check_filters, filters_from_toml
@@ -58,6 +68,14 @@ MIB = 1024 * KIB
 GIB = 1024 * MIB
 BLOCK_SIZE = 16 * KIB
 """libtorrent's transfer unit: every piece is requested in blocks of this size."""
+MAX_PRESIGN_EXPIRY_S = 7 * 24 * 3600
+"""S3's longest presigned URL lifetime (SigV4): 604800 s, 7 days."""
+MAX_POINTER_AGE_S = 365 * 24 * 3600
+"""Longest ``watch.max_pointer_age_s``: a year (the publisher refreshes far more often)."""
+LIBTORRENT_INT = "libtorrent takes a 32-bit int"
+"""Why an integer that goes into libtorrent is at most :data:`INT32_MAX`."""
+ONE_DAY = "1 day"
+"""The longest timeout or interval (:data:`MAX_TIMEOUT_S`, :data:`MAX_INTERVAL_S`), in words."""
 TransferKind = Literal["swarm", "direct"]
 
 
@@ -204,6 +222,13 @@ class SwarmConfig:
                      "origin_url_refresh_s", "peer_rediscovery_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"swarm.{name} must not be negative")
+            check_at_most(f"swarm.{name}", getattr(self, name), MAX_INTERVAL_S, ONE_DAY)
+        # Every integer of the session's settings_pack and the origin's peer class: a larger
+        # one would be wrapped to 32 bits by libtorrent without a word (session_settings.py).
+        for name in ("upload_rate_limit", "download_rate_limit", "origin_rate_limit",
+                     "origin_request_bytes", "connections_limit", "unchoke_slots",
+                     "send_buffer_watermark", "alert_queue_size"):
+            check_at_most(f"swarm.{name}", getattr(self, name), INT32_MAX, LIBTORRENT_INT)
         if self.origin_policy not in typing.get_args(OriginPolicy):
             raise ConfigError(f"swarm.origin_policy must be 'fallback' or 'always', "
                               f"got {self.origin_policy!r}")
@@ -258,14 +283,16 @@ class OriginConfig:
     """Seconds to wait for a connection or a response byte from the CDN."""
 
     def __post_init__(self) -> None:
-        if self.cdn_base_url is not None and not self.cdn_base_url.startswith(
-            ("http://", "https://")
-        ):
-            raise ConfigError(f"origin.cdn_base_url must be http(s)://, got {self.cdn_base_url!r}")
+        if self.cdn_base_url is not None:
+            check_http_url("origin.cdn_base_url", self.cdn_base_url,
+                           credentials_from="the origin needs none")
         if self.presign_expiry_s < 60:
             raise ConfigError(f"origin.presign_expiry_s must be at least 60, got {self.presign_expiry_s}")
+        check_at_most("origin.presign_expiry_s", self.presign_expiry_s, MAX_PRESIGN_EXPIRY_S,
+                      "7 days, S3's limit")
         if self.http_timeout_s <= 0:
             raise ConfigError("origin.http_timeout_s must be positive")
+        check_at_most("origin.http_timeout_s", self.http_timeout_s, MAX_TIMEOUT_S, ONE_DAY)
 
 
 @dataclass(frozen=True)
@@ -300,6 +327,10 @@ class WatchConfig:
             raise ConfigError("watch.poll_jitter_s must not be negative")
         if self.retry_max_s < self.retry_initial_s:
             raise ConfigError("watch.retry_max_s must be at least watch.retry_initial_s")
+        for name in ("poll_interval_s", "poll_jitter_s", "retry_initial_s", "retry_max_s"):
+            check_at_most(f"watch.{name}", getattr(self, name), MAX_INTERVAL_S, ONE_DAY)
+        check_at_most("watch.max_pointer_age_s", self.max_pointer_age_s, MAX_POINTER_AGE_S,
+                      "1 year")
 
 
 @dataclass(frozen=True)
@@ -322,6 +353,7 @@ class InstallConfig:
     def __post_init__(self) -> None:
         if not self.delta_stall_s > 0:
             raise ConfigError(f"install.delta_stall_s must be positive, got {self.delta_stall_s}")
+        check_at_most("install.delta_stall_s", self.delta_stall_s, MAX_INTERVAL_S, ONE_DAY)
         if self.keep_versions < 1:
             raise ConfigError(f"install.keep_versions must be at least 1, got {self.keep_versions}")
         if self.max_file_size < 1 or self.disk_margin_bytes < 0:
@@ -363,6 +395,7 @@ class DirectConfig:
             )
         if isinstance(self.concurrency, bool) or self.concurrency < 1:
             raise ConfigError(f"direct.concurrency must be at least 1, got {self.concurrency!r}")
+        check_at_most("direct.timeout_s", self.timeout_s, MAX_TIMEOUT_S, ONE_DAY)
 
 
 @dataclass(frozen=True)
@@ -412,6 +445,7 @@ class AgentConfig:
             )
         if self.resume_save_interval_s <= 0:
             raise ConfigError("resume_save_interval_s must be positive")
+        check_at_most("resume_save_interval_s", self.resume_save_interval_s, MAX_INTERVAL_S, ONE_DAY)
 
 
 # --- loading ----------------------------------------------------------------------------------

@@ -7,7 +7,12 @@ nodes, never from a public router), LSD when enabled, and PEX.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import libtorrent as lt
+
+from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.settings import INT32_MAX
 
 from .config import SwarmConfig
 
@@ -31,10 +36,20 @@ def with_tls_listeners(listen_interfaces: str) -> str:
     return ",".join(entries + added)
 
 
+def check_fits_libtorrent(pack: Mapping[str, object]) -> None:
+    """ConfigError naming the setting when one of the integers of ``pack`` does not
+    fit the C ``int`` libtorrent stores it in (libtorrent would wrap it to 32 bits without
+    a word: a 5e9 B/s rate limit becomes 705 MB/s, 2**32 none). :class:`SwarmConfig`
+    refuses such values at load; this catches a setting added without its bound."""
+    for key, value in pack.items():
+        if isinstance(value, int) and not -INT32_MAX - 1 <= value <= INT32_MAX:
+            raise ConfigError(f"libtorrent setting {key} must be within a 32-bit int, got {value}")
+
+
 def session_settings(config: SwarmConfig) -> lt.settings_pack:
     """The libtorrent ``settings_pack`` for ``config`` (exposed for tests and docs)."""
     guarded = bool(config.certificate_dirs or config.allowed_peer_networks)
-    return {
+    pack: lt.settings_pack = {
         "listen_interfaces": (with_tls_listeners(config.listen_interfaces) if config.certificate_dirs
                               else config.listen_interfaces),
         "user_agent": config.user_agent,
@@ -84,3 +99,5 @@ def session_settings(config: SwarmConfig) -> lt.settings_pack:
         "apply_ip_filter_to_trackers": False,
         "alert_queue_size": config.alert_queue_size,
     }
+    check_fits_libtorrent(pack)
+    return pack

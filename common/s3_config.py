@@ -9,6 +9,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .object_store import DEFAULT_PART_SIZE, MAX_PART_SIZE, MIN_PART_SIZE
+from .settings import MAX_TIMEOUT_S, check_at_most, check_http_url
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
@@ -95,6 +96,16 @@ class S3Config:
             raise ConfigError("S3 max_attempts and part_attempts must be at least 1")
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ConfigError("S3 timeouts must be positive")
+        check_at_most("S3 connect_timeout_s", self.connect_timeout_s, MAX_TIMEOUT_S, "1 day")
+        check_at_most("S3 read_timeout_s", self.read_timeout_s, MAX_TIMEOUT_S, "1 day")
+        # Both are shown in error messages and logs; keys are appended to them. Credentials
+        # come from the AWS chain (SigV4), and a public URL is for everyone.
+        if self.endpoint_url is not None:
+            check_http_url("S3 endpoint_url", self.endpoint_url,
+                           credentials_from="they come from the AWS credential chain")
+        if self.public_base_url is not None:
+            check_http_url("S3 public_base_url", self.public_base_url,
+                           credentials_from="it is given out as public")
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> S3Config:

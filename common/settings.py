@@ -30,10 +30,13 @@ value then goes through the same check as a file's.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
+import re
 import sys
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -87,6 +90,82 @@ def path_value(value: object) -> object:
         return Path(value).expanduser()
     except RuntimeError:  # "~user/..." for a user without a home directory
         raise ValueError("starts with ~ but names no known home directory") from None
+
+
+# --- bounds a dataclass checks in __post_init__ ----------------------------------------------
+
+DAY_S = 86_400
+"""Seconds in a day: the longest timeout, interval, delay or back-off a setting takes
+(:data:`MAX_TIMEOUT_S`, :data:`MAX_INTERVAL_S`)."""
+MAX_TIMEOUT_S = DAY_S
+"""Longest timeout a setting takes. The socket layer refuses more than about 292 years
+(2**63 ns: ``socket.settimeout(1e10)`` raises OverflowError, on every request), and no
+request is worth waiting for longer than a day."""
+MAX_INTERVAL_S = DAY_S
+"""Longest interval, delay, grace period or back-off a setting takes (``1e300`` overflows
+timers and integer conversions when it is used)."""
+INT32_MAX = 2**31 - 1
+"""Largest value of an integer that goes into libtorrent's ``settings_pack`` or a peer
+class (a C ``int``): libtorrent silently wraps a larger one to 32 bits (5e9 B/s becomes
+705 MB/s, 2**32 becomes 0, i.e. no limit)."""
+
+
+def check_at_most(name: str, value: float, limit: int, why: str = "") -> None:
+    """ConfigError ``"{name} must be at most {limit} ({why}), got {value}"`` unless
+    ``value <= limit``; NaN (which passes every comparison a range check makes) is refused
+    as not finite. For the upper bounds of the settings' dataclasses."""
+    if value <= limit:
+        return
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    reason = f" ({why})" if why else ""
+    raise ConfigError(f"{name} must be at most {limit}{reason}, got {value!r}")
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
+_HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:[0-9]*)?")
+
+
+def check_http_url(name: str, url: str, *, credentials_from: str = "") -> None:
+    """ConfigError (one line naming ``name``) unless ``url`` is a base URL others are
+    appended to (``{url}/latest.json``): ``http://`` or ``https://``, a host, a port in
+    1..65535 if any, no query or fragment (``?``, ``#``), no ``user:password@`` (the URL
+    is shown in logs and /status; ``credentials_from`` says where credentials come from
+    instead), only printable ASCII (percent-encode anything else).
+
+    The URL is not echoed when it holds credentials."""
+    authority = re.split(r"[/?#]", url.split("://", 1)[-1], maxsplit=1)[0]
+    if "@" in authority:  # checked first: no message below may echo a password
+        instead = f"; {credentials_from}" if credentials_from else ""
+        raise ConfigError(f"{name} must not hold credentials (user:password@): credentials do "
+                          f"not belong in the URL, which is shown in logs and status{instead}")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"{name} must be http(s)://, got {url!r:.120}")
+    bad = next((c for c in url if c.isspace() or not " " < c < "\x7f"), None)
+    if bad is not None:
+        raise ConfigError(f"{name} must not contain {bad!r} (only printable ASCII, no spaces: "
+                          f"percent-encode other characters), got {url!r:.120}")
+    if "?" in url or "#" in url:
+        raise ConfigError(f"{name} must have no query or fragment ('?', '#'): paths are "
+                          f"appended to it, got {url!r:.120}")
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        port = parsed.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        raise ConfigError(f"{name} is not a valid URL ({exc}), got {url!r:.120}") from None
+    host = parsed.hostname or ""
+    if not _HOST_PORT.fullmatch(parsed.netloc):
+        raise ConfigError(f"{name} must be http(s)://HOST[:PORT][/PATH], got {url!r:.120}")
+    if parsed.netloc.startswith("["):
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(f"{name} has an invalid IPv6 address, got {url!r:.120}") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise ConfigError(f"{name} must name a host (http(s)://HOST[:PORT][/PATH]), "
+                          f"got {url!r:.120}")
+    if port == 0:
+        raise ConfigError(f"{name} port must be in 1..65535, got {url!r:.120}")
 
 
 SIMPLE: Mapping[Any, Coercer] = {
@@ -340,10 +419,16 @@ class SettingsLoader:
 
 __all__ = [
     "BOOL_WORDS",
+    "DAY_S",
+    "INT32_MAX",
+    "MAX_INTERVAL_S",
+    "MAX_TIMEOUT_S",
     "SIMPLE",
     "Coercer",
     "SettingsLoader",
     "bool_value",
+    "check_at_most",
+    "check_http_url",
     "dataclass_tables",
     "float_value",
     "from_text",
