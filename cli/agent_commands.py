@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -260,6 +261,15 @@ def _signals(stop: threading.Event, reload: threading.Event | None = None) -> It
 # --- status -----------------------------------------------------------------------------------
 
 
+STATUS_MAX_BYTES = 16 << 20
+"""The largest /status answer ``agent status`` reads (an agent's is a few KiB, one of many
+filters some hundred KiB); a longer one is refused, not read."""
+
+_NOT_A_STATUS = (LookupError, TypeError, ValueError, ArithmeticError, AttributeError, RecursionError, OSError)
+"""What formatting raises on a JSON object that is not an agent's status (a missing key, a
+string where a number goes, a timestamp out of range, nesting too deep...)."""
+
+
 def run_status(args: argparse.Namespace) -> int:
     url = args.url
     if url is None:
@@ -268,35 +278,156 @@ def run_status(args: argparse.Namespace) -> int:
             status_config = load_config(args.config, environ=os.environ).status
         host = "127.0.0.1" if status_config.host in ("0.0.0.0", "::", "") else status_config.host
         url = f"http://{host}:{status_config.port}"
-    status = fetch_status(url.rstrip("/"), timeout=args.timeout)
-    if args.json:
-        print(json.dumps(status, indent=2, sort_keys=True))
-    elif "filters" in status:
-        from .agent_filters import format_filters_status
+    base = url.rstrip("/")
+    status = fetch_status(base, timeout=args.timeout)
+    try:
+        if args.json:
+            text = json.dumps(status, indent=2, sort_keys=True)
+        elif "filters" in status:
+            from .agent_filters import format_filters_status
 
-        print(format_filters_status(url, status))
-    else:
-        print(format_status(url, status))
+            text = format_filters_status(url, status)
+        else:
+            text = format_status(url, status)
+    except _NOT_A_STATUS as exc:
+        raise StorageError(_not_a_status(base, _reason(exc))) from None
+    print(text)
     return 0
 
 
-def fetch_status(url: str, *, timeout: float = 5.0) -> dict[str, Any]:
-    """GET ``{url}/status``; StorageError with a one-line reason when the agent is not there."""
-    import urllib.error
+def _not_a_status(url: str, why: str) -> str:
+    return f"{url} did not answer with an agent's status: {why}"
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, KeyError) and exc.args:
+        return f"no {exc.args[0]!r}"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Deadline:
+    """Hangs up the connections of one request when its time is up, so that the whole
+    answer (headers and body) must arrive within it, however slowly the server drips it:
+    a socket timeout alone bounds each read only."""
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._timer.cancel()
+        self._timer.join()
+
+    def watch(self, sock: socket.socket) -> None:
+        """Hang up ``sock`` (a connection just made) at the deadline, or now if it is past."""
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._hang_up(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._hang_up(sock)
+
+    @staticmethod
+    def _hang_up(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # already closed
+            # the plain socket's shutdown, under TLS too: the blocked read sees the end
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _status_opener(deadline: _Deadline) -> Any:
+    """urllib's opener (proxies, redirects, HTTP errors as usual) whose HTTP and HTTPS
+    connections ``deadline`` hangs up."""
+    import http.client
     import urllib.request
 
+    class Watched(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()  # HTTPS: the plain socket, before its handshake
+            deadline.watch(self.sock)
+
+    class WatchedHTTPS(http.client.HTTPSConnection, Watched):
+        pass
+
+    class HTTPHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(Watched, req)
+
+    class HTTPSHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(WatchedHTTPS, req)
+
+    return urllib.request.build_opener(HTTPHandler, HTTPSHandler)
+
+
+def _read_bounded(response: Any, limit: int) -> bytes | None:
+    """The body of ``response``; None when it is longer than ``limit`` bytes (not read)."""
+    length = (response.headers.get("Content-Length") or "").strip()
+    if length.isascii() and length.isdigit() and int(length) > limit:
+        return None
+    body = bytearray()
+    while chunk := response.read(64 * 1024):
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def fetch_status(url: str, *, timeout: float = 5.0) -> dict[str, Any]:
+    """GET ``{url}/status`` within ``timeout`` seconds overall; StorageError with a one-line
+    reason when the agent is not there or the answer is not a JSON object of at most
+    :data:`STATUS_MAX_BYTES`."""
+    import http.client
+    import urllib.error
+
+    timed_out = f"no agent answering at {url}: timed out"
+    with _Deadline(timeout) as deadline:
+        try:
+            response = _status_opener(deadline).open(f"{url}/status", timeout=timeout)
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            raise StorageError(f"{url}/status answered HTTP {exc.code}") from None
+        except http.client.InvalidURL as exc:
+            raise ConfigError(f"not a URL an agent answers at: {url!r}: {exc}") from None
+        except (OSError, http.client.HTTPException) as exc:  # urllib.error.URLError is an OSError
+            if deadline.expired:
+                raise StorageError(timed_out) from None
+            reason = getattr(exc, "reason", None) or exc
+            raise StorageError(f"no agent answering at {url}: {reason}") from None
+        except ValueError as exc:  # a URL urllib cannot use
+            raise StorageError(f"{url}/status did not return JSON: {exc}") from None
+        with response:
+            try:
+                body = _read_bounded(response, STATUS_MAX_BYTES)
+            except (OSError, http.client.HTTPException) as exc:
+                if deadline.expired:
+                    raise StorageError(timed_out) from None
+                raise StorageError(_not_a_status(url, f"the answer broke off: {_reason(exc)}")) from None
+    if deadline.expired:  # the body may be cut short
+        raise StorageError(timed_out)
+    if body is None:
+        raise StorageError(_not_a_status(url, f"longer than {STATUS_MAX_BYTES >> 20} MiB"))
     try:
-        with urllib.request.urlopen(f"{url}/status", timeout=timeout) as response:
-            data = json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        raise StorageError(f"{url}/status answered HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise StorageError(f"no agent answering at {url}: {reason}") from None
-    except ValueError as exc:
-        raise StorageError(f"{url}/status did not return JSON: {exc}") from None
+        data = json.loads(body, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        raise StorageError(_not_a_status(url, f"not JSON: {_reason(exc)}")) from None
     if not isinstance(data, dict):
-        raise StorageError(f"{url}/status did not return a JSON object")
+        raise StorageError(_not_a_status(url, "not a JSON object"))
     return data
 
 
