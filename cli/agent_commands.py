@@ -32,8 +32,8 @@ from .commands import HELP
 
 if TYPE_CHECKING:
     from bloomswarm.agent.announcements import AnnouncementSource
-    from bloomswarm.agent.metrics import StatusServer
     from bloomswarm.agent.origin import Origin
+    from bloomswarm.agent.status_server import StatusServer
     from bloomswarm.agent.swarm import Swarm
     from bloomswarm.agent.transfer import Transfer
     from bloomswarm.common.signing import VerifyKey
@@ -158,7 +158,8 @@ def run_agent(args: argparse.Namespace) -> int:
     from bloomswarm.agent.daemon import AgentDaemon
     from bloomswarm.agent.install import prepare_data_dir
     from bloomswarm.agent.logfmt import log_event
-    from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+    from bloomswarm.agent.metrics import AgentMetrics
+    from bloomswarm.agent.status_server import StatusServer
     from bloomswarm.common.datadir import FILTERS_DIR
     from bloomswarm.common.dir_spread import spread_subdirectories
     from bloomswarm.common.signing import load_public_keys
@@ -198,7 +199,7 @@ def _run_filters(args: argparse.Namespace, config: AgentConfig) -> int:
     import threading
 
     from bloomswarm.agent.logfmt import log_event
-    from bloomswarm.agent.metrics import StatusServer
+    from bloomswarm.agent.status_server import StatusServer
 
     from .agent_filters import all_public_keys, build_filter_set
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bloomswarm.agent.memory_transfer import MemoryOrigin
-from bloomswarm.agent.metrics import StatusServer
+from bloomswarm.agent.status_server import StatusServer
 from bloomswarm.agent_commands import format_status
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.main import main

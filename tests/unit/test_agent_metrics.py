@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+from bloomswarm.agent.metrics import AgentMetrics
+from bloomswarm.agent.status_server import StatusServer
 from bloomswarm.agent.transfer import DeltaKey, TransferStatus
 
 

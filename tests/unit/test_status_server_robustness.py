@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from bloomswarm.agent import metrics as metrics_module
-from bloomswarm.agent.metrics import AgentMetrics, StatusServer
+from bloomswarm.agent import status_server as status_server_module
+from bloomswarm.agent.metrics import AgentMetrics
+from bloomswarm.agent.status_server import StatusServer
 from bloomswarm.main import main
 
 # --- the status server ------------------------------------------------------------------------
@@ -68,7 +69,7 @@ def _handler_threads() -> list[threading.Thread]:
 def test_a_silent_client_is_dropped_after_the_timeout(
     serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics_module, "REQUEST_TIMEOUT_S", 0.5, raising=False)
+    monkeypatch.setattr(status_server_module, "REQUEST_TIMEOUT_S", 0.5)
     server = serve(dict)
     with socket.create_connection(_address(server)) as silent:
         started = time.monotonic()
@@ -81,7 +82,7 @@ def test_a_request_dripped_a_byte_at_a_time_is_dropped_after_the_timeout(
     serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The timeout bounds the whole request, not each read (slowloris)."""
-    monkeypatch.setattr(metrics_module, "REQUEST_TIMEOUT_S", 1.0, raising=False)
+    monkeypatch.setattr(status_server_module, "REQUEST_TIMEOUT_S", 1.0)
     server = serve(dict)
     with socket.create_connection(_address(server)) as slow:
         slow.sendall(b"GET /status HTTP/1.1\r\n")
@@ -101,8 +102,8 @@ def test_a_request_dripped_a_byte_at_a_time_is_dropped_after_the_timeout(
 def test_more_idle_connections_than_the_cap_do_not_stop_healthz(
     serve: Callable[..., StatusServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics_module, "MAX_CONNECTIONS", 4, raising=False)
-    monkeypatch.setattr(metrics_module, "REQUEST_TIMEOUT_S", 60.0, raising=False)
+    monkeypatch.setattr(status_server_module, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(status_server_module, "REQUEST_TIMEOUT_S", 60.0)
     server = serve(dict)
     idle = [socket.create_connection(_address(server)) for _ in range(20)]
     try:
