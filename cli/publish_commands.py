@@ -445,7 +445,9 @@ def run_tracker_sync(args: argparse.Namespace) -> int:
         raise ConfigError("no whitelist file: pass --whitelist or set tracker.whitelist")
     whitelist = config.tracker.whitelist
     store = _open_store(config)
-    keys = _trusted_keys(config, None)
+    # The publisher's own key too, when configured: during a key rotation the new versions
+    # are signed by it while accepted_public_keys still names the old one.
+    keys = _trusted_keys(config, _signing_key(config) if config.signing_key is not None else None)
     if args.public_key:
         keys += load_public_keys(args.public_key)
 
@@ -455,6 +457,8 @@ def run_tracker_sync(args: argparse.Namespace) -> int:
             pid = read_pid_file(config.tracker.pid_file)
         result = sync_whitelist(store, whitelist, public_keys=keys, tracker_pid=pid)
         versions = _ranges(result.versions) or "none"
+        versions += "".join(f"; filter {name} {_ranges(list(numbers))}"
+                            for name, numbers in result.filter_versions.items())
         if not result.changed:
             print(f"whitelist {whitelist} up to date (versions {versions})", flush=True)
             return

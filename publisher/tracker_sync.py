@@ -9,8 +9,14 @@ hash a version is announced under, for every complete version in the bucket (ret
 decides which versions exist), and the same for each delta its manifest lists (a delta
 has a torrent of its own).
 
+Every complete version of the bucket's own layout and of each named filter's folder
+(``filters/NAME/``) is listed: one tracker serves them all.
+
 The file is replaced atomically and only when its content changes, and the tracker is
-sent SIGHUP only then: running the sync again changes nothing. One SIGHUP is enough:
+sent SIGHUP only then: running the sync again changes nothing. The process named by the
+PID must be opentracker (its ``/proc/PID/comm``), checked before the file is written: a
+stale PID file never signals another process. When the signal fails after all, the
+previous file is put back, so that the next sync writes it again and signals again. One SIGHUP is enough:
 opentracker blocks it in every thread before it answers anything, and one thread takes
 it with ``sigwait`` and re-reads the file, so a signal that arrives during a reload waits
 for the next. (Sent in the first milliseconds of the process, before that, SIGHUP ends
@@ -30,10 +36,13 @@ from pathlib import Path
 
 from bloomswarm.common.atomic_file import write_atomically
 from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
+from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.manifest import Manifest
+from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import ObjectStore
 
+from .filter_index import filter_names_in
 from .versions import complete_versions, read_manifest, read_verified_manifest, scan_versions
 
 log = logging.getLogger("bloomswarm.tracker_sync")
@@ -44,7 +53,9 @@ class SyncResult:
     """What one sync found and did."""
 
     versions: tuple[int, ...]
-    """Versions whose hashes are in the whitelist."""
+    """Versions of the bucket's own layout whose hashes are in the whitelist."""
+    filter_versions: dict[str, tuple[int, ...]]
+    """The same for each named filter (``filters/NAME/``) that has versions."""
     hashes: tuple[str, ...]
     """The whitelist's lines."""
     changed: bool
@@ -80,19 +91,57 @@ def read_pid_file(path: Path) -> int:
     return int(text)
 
 
+TRACKER_NAME = "opentracker"
+"""The name (``/proc/PID/comm``) of the only process a sync signals."""
+
+
 def sync_whitelist(
     store: ObjectStore,
     whitelist: Path,
     *,
     public_keys: Sequence[VerifyKey] = (),
     tracker_pid: int | None = None,
+    proc: Path = Path("/proc"),
 ) -> SyncResult:
-    """Make ``whitelist`` list the info-hashes of every complete version in ``store``.
+    """Make ``whitelist`` list the info-hashes of every complete version in ``store``, its
+    own and each named filter's.
 
     With ``public_keys``, a version whose signature no key verifies is left out (and
     logged). When the content changed and ``tracker_pid`` is given, that process gets
-    SIGHUP; ConfigError when it does not exist.
+    SIGHUP; ConfigError, with the file left as it was, when it does not exist or is not
+    opentracker (``proc``: where to read its name).
     """
+    own = _manifests(store, public_keys, "")
+    filters = {name: _manifests(PrefixedStore(store, filter_prefix(name)), public_keys, f"filter {name!r} ")
+               for name in filter_names_in(store)}
+    everything = [*own, *(m for manifests in filters.values() for m in manifests)]
+    lines = whitelist_lines(everything)
+    content = "".join(f"{line}\n" for line in lines).encode("ascii")
+    previous = _read_or_none(whitelist)
+    changed = previous != content
+    signalled: int | None = None
+    if changed:
+        if tracker_pid is not None:
+            check_tracker(tracker_pid, proc)
+        _write(whitelist, content)
+        log.info("whitelist %s: %d hashes for versions %s%s", whitelist, len(lines),
+                 [m.version for m in own], "".join(f", filter {n!r} {[m.version for m in ms]}"
+                                                   for n, ms in filters.items() if ms))
+        if tracker_pid is not None:
+            try:
+                _reload(tracker_pid)
+            except ConfigError:
+                _restore(whitelist, previous)  # the next sync writes it again, and signals
+                raise
+            signalled = tracker_pid
+    return SyncResult(tuple(m.version for m in own),
+                      {name: tuple(m.version for m in ms) for name, ms in filters.items() if ms},
+                      tuple(lines), changed, signalled)
+
+
+def _manifests(store: ObjectStore, public_keys: Sequence[VerifyKey], what: str) -> list[Manifest]:
+    """The manifests of the complete versions in ``store`` (verified with ``public_keys``
+    when given; those that fail are logged and left out)."""
     manifests: list[Manifest] = []
     for version in complete_versions(scan_versions(store)):
         try:
@@ -104,22 +153,39 @@ def sync_whitelist(
         except ObjectNotFound:
             continue  # deleted by retention since the listing
         except (FormatError, VerificationError) as exc:
-            log.warning("leaving v%d out of the whitelist: %s", version, exc)
-    lines = whitelist_lines(manifests)
-    content = "".join(f"{line}\n" for line in lines).encode("ascii")
-    changed = _read_or_none(whitelist) != content
-    signalled: int | None = None
-    if changed:
-        try:
-            write_atomically(whitelist, [content], mode=0o644)
-        except OSError as exc:
-            raise ConfigError(f"cannot write whitelist {whitelist}: {exc.strerror or exc}") from exc
-        log.info("whitelist %s: %d hashes for versions %s", whitelist, len(lines),
-                 [m.version for m in manifests])
-        if tracker_pid is not None:
-            _reload(tracker_pid)
-            signalled = tracker_pid
-    return SyncResult(tuple(m.version for m in manifests), tuple(lines), changed, signalled)
+            log.warning("leaving %sv%d out of the whitelist: %s", what, version, exc)
+    return manifests
+
+
+def check_tracker(pid: int, proc: Path = Path("/proc")) -> None:
+    """ConfigError unless process ``pid`` runs and is opentracker (read from
+    ``proc/PID/comm``): a PID file left by a tracker that stopped may name any process
+    since."""
+    try:
+        name = (proc / str(pid) / "comm").read_text().strip()
+    except FileNotFoundError:
+        raise ConfigError(f"tracker process {pid} is not running") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot tell whether process {pid} is {TRACKER_NAME}: "
+                          f"{exc.strerror or exc}") from exc
+    if name != TRACKER_NAME:
+        raise ConfigError(f"process {pid} is {name!r}, not {TRACKER_NAME}: a stale PID file? "
+                          "nothing signalled, the whitelist left as it was")
+
+
+def _write(path: Path, content: bytes) -> None:
+    try:
+        write_atomically(path, [content], mode=0o644)
+    except OSError as exc:
+        raise ConfigError(f"cannot write whitelist {path}: {exc.strerror or exc}") from exc
+
+
+def _restore(path: Path, previous: bytes | None) -> None:
+    """Put back the whitelist a failed reload did not load (none: delete it)."""
+    if previous is None:
+        path.unlink(missing_ok=True)
+    else:
+        _write(path, previous)
 
 
 def _read_or_none(path: Path) -> bytes | None:

@@ -14,6 +14,8 @@ import pytest
 
 from bloomswarm.common.bucket_layout import signature_key
 from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.filter_names import filter_prefix
+from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
@@ -82,13 +84,14 @@ def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> 
             time.sleep(0.02)
         pid_file = tmp_path / "tracker.pid"
         pid_file.write_text(f"{tracker.pid}\n")
+        proc = _proc_naming(tmp_path, tracker.pid, "opentracker")  # the recorder plays the tracker
         store = _published(1)
         whitelist = tmp_path / "whitelist.txt"
-        first = sync_whitelist(store, whitelist, tracker_pid=read_pid_file(pid_file))
+        first = sync_whitelist(store, whitelist, tracker_pid=read_pid_file(pid_file), proc=proc)
         assert first.signalled_pid == tracker.pid
-        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid).signalled_pid is None
+        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid, proc=proc).signalled_pid is None
         publish_filter(store, CONFIG, make_builder(["more"]), KEY, "f", progress=False)
-        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid).changed
+        assert sync_whitelist(store, whitelist, tracker_pid=tracker.pid, proc=proc).changed
         while not log.exists() or log.read_text().count("hup") < 2:
             assert time.monotonic() < deadline
             time.sleep(0.02)
@@ -99,6 +102,58 @@ def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> 
     no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live process
     with pytest.raises(ConfigError, match="not running"):
         sync_whitelist(_published(1), tmp_path / "w2", tracker_pid=no_such_pid)
+
+
+def _proc_naming(tmp_path: Path, pid: int, name: str) -> Path:
+    """A stand-in for /proc in which process ``pid`` is called ``name``."""
+    proc = tmp_path / "proc"
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "comm").write_text(f"{name}\n")
+    return proc
+
+
+def test_a_pid_that_is_not_opentracker_is_never_signalled(tmp_path: Path) -> None:
+    """A stale PID file may name any process since: it is refused before the whitelist is
+    written (so the next sync, with the right PID, writes it and signals)."""
+    log = tmp_path / "hups"
+    bystander = subprocess.Popen([sys.executable, "-c", HUP_RECORDER, str(log)])
+    try:
+        deadline = time.monotonic() + 20
+        while not Path(f"{log}.ready").exists():
+            assert time.monotonic() < deadline and bystander.poll() is None
+            time.sleep(0.02)
+        whitelist = tmp_path / "whitelist.txt"
+        with pytest.raises(ConfigError, match="not opentracker"):
+            sync_whitelist(_published(1), whitelist, tracker_pid=bystander.pid)  # the real /proc
+        time.sleep(0.2)
+        assert not log.exists() and bystander.poll() is None and not whitelist.exists()
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+
+
+def test_a_reload_that_fails_puts_the_previous_whitelist_back(tmp_path: Path) -> None:
+    whitelist = tmp_path / "whitelist.txt"
+    first = sync_whitelist(_published(1), whitelist)
+    gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live process
+    proc = _proc_naming(tmp_path, gone, "opentracker")  # it looks like the tracker, and is gone
+    with pytest.raises(ConfigError, match="not running"):
+        sync_whitelist(_published(2), whitelist, tracker_pid=gone, proc=proc)
+    assert whitelist.read_text().splitlines() == list(first.hashes)
+
+
+def test_named_filters_are_whitelisted_with_the_buckets_own_versions(tmp_path: Path) -> None:
+    store = _published(1)
+    for name, count in (("alpha", 2), ("beta", 1)):
+        folder = PrefixedStore(store, filter_prefix(name))
+        for n in range(count):
+            publish_filter(folder, CONFIG, make_builder([f"{name}{n}"]), KEY, "f", progress=False)
+    result = sync_whitelist(store, tmp_path / "w", public_keys=[KEY.public_key()])
+    assert result.versions == (1,) and result.filter_versions == {"alpha": (1, 2), "beta": (1,)}
+    expected = [read_manifest(store, 1).info_hash_v1]
+    expected += [read_manifest(PrefixedStore(store, filter_prefix("alpha")), v).info_hash_v1 for v in (1, 2)]
+    expected += [read_manifest(PrefixedStore(store, filter_prefix("beta")), 1).info_hash_v1]
+    assert list(result.hashes) == sorted(expected)
 
 
 def test_pid_file_must_hold_a_pid(tmp_path: Path) -> None:
@@ -138,3 +193,30 @@ def test_the_whitelist_probe_percent_encodes_every_byte_of_the_hash() -> None:
     assert urllib.parse.unquote_to_bytes(sent) == bytes.fromhex(info_hash)
     assert query["port"] == ["9"] and query["left"] == ["0"] and "event" not in query
     assert announce_path(info_hash, stopped=True) == path + "&event=stopped"
+
+
+def test_tracker_sync_trusts_the_signing_key_during_a_rotation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/operations.md's rotation, step 2: signing_key is the new key, accepted_public_keys
+    still the old one. The versions the new key signs (latest.json's) are whitelisted."""
+    import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before the patch)
+    from bloomswarm.common.signing import load_private_key
+    from bloomswarm.main import main
+
+    for name in list(os.environ):
+        if name.startswith(("BLOOMSWARM_", "AWS_")):
+            monkeypatch.delenv(name)
+    old_key, new_key_file = tmp_path / "old.key", tmp_path / "new.key"
+    assert main(["-q", "keygen", str(old_key)]) == 0 and main(["-q", "keygen", str(new_key_file)]) == 0
+    store = MemoryObjectStore()
+    publish_filter(store, CONFIG, make_builder(["a"]), load_private_key(old_key), "f", progress=False)
+    publish_filter(store, CONFIG, make_builder(["b"]), load_private_key(new_key_file), "f", progress=False)
+    whitelist = tmp_path / "whitelist.txt"
+    (tmp_path / "publisher.toml").write_text(
+        f'signing_key = "{new_key_file}"\naccepted_public_keys = ["{old_key.with_suffix(".pub")}"]\n'
+        f'[s3]\nbucket = "filters"\n[tracker]\nwhitelist = "{whitelist}"\n')
+    monkeypatch.setattr("bloomswarm.publish_commands._open_store", lambda _config: store)
+    assert main(["-q", "tracker-sync", "--config", str(tmp_path / "publisher.toml")]) == 0
+    assert "versions 1-2" in capsys.readouterr().out
+    assert whitelist.read_text().splitlines() == sorted(read_manifest(store, v).info_hash_v1 for v in (1, 2))
