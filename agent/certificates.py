@@ -10,7 +10,9 @@ right one (docs/private-swarm.md).
   agent refuses to start with that one line.
 - **While running** the files are looked at every :data:`REFRESH_S` seconds; renewed
   files (cert-manager rewrites its Secret) are loaded and given to the torrents. Files
-  that no longer load are reported and the identities held are kept.
+  that no longer load are reported (once, and again only when the error changes) and the
+  identities held are kept; also when loading raises an error other than CertificateError
+  (a bug), which is logged once with its traceback instead of breaking the agent's poll.
 - **Expiry** is reported, never acted on: :meth:`CertificateStore.states` gives each
   identity's seconds left (metrics, /status), and the log warns once a day within
   :data:`EXPIRY_WARNING_S` of the end and once an hour after it. The agent keeps
@@ -77,7 +79,9 @@ class CertificateStore:
 
     def refresh(self) -> bool:
         """Every :data:`REFRESH_S`: reload the identities if their files changed (True when
-        they did and loaded), and log what is expiring."""
+        they did and loaded), and log what is expiring. When a directory does not load, all
+        the identities held are kept and the error is logged once (again when it changes);
+        this raises nothing, whatever loading raised."""
         now = self._clock()
         if now < self._next_look:
             return False
@@ -86,18 +90,37 @@ class CertificateStore:
         stamps = self._file_stamps()
         if stamps == self._files:
             return False
-        try:
-            identities = load_identities(self._dirs, now=self._now())
-        except CertificateError as exc:
-            if str(exc) != self._broken:
-                self._broken = str(exc)
-                log.error("certificates changed but do not load (%s); keeping the ones loaded", exc)
+        identities, problems, unexpected = self._load()
+        if problems:
+            broken = "; ".join(problems)
+            if broken != self._broken:
+                self._broken = broken
+                log.error("certificates changed but do not load (%s); keeping the ones loaded", broken,
+                          exc_info=unexpected)
             return False
         self._files, self._broken = stamps, None
         self.identities = identities
         log.info("certificates reloaded: %s",
                  ", ".join(f"{i.subject} until {i.not_after:%Y-%m-%d %H:%M}Z" for i in identities))
         return True
+
+    def _load(self) -> tuple[tuple[TlsIdentity, ...], list[str], Exception | None]:
+        """The identities of every directory, what stopped those that did not load (one
+        line each) and the first error that was no CertificateError, for its traceback."""
+        now = self._now()
+        identities: list[TlsIdentity] = []
+        problems: list[str] = []
+        unexpected: Exception | None = None
+        for directory in self._dirs:
+            try:
+                identities += load_identities([directory], now=now)
+            except CertificateError as exc:
+                problems.append(str(exc))
+            except Exception as exc:  # a bug: must not stop the agent's poll every REFRESH_S
+                reason = " ".join(str(exc).split())
+                problems.append(f"certificate directory {directory}: {type(exc).__name__}: {reason}")
+                unexpected = unexpected or exc
+        return tuple(identities), problems, unexpected
 
     def _now(self) -> datetime.datetime:
         return datetime.datetime.fromtimestamp(self._wall_clock(), tz=datetime.timezone.utc)

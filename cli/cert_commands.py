@@ -113,7 +113,7 @@ def run_show(args: argparse.Namespace) -> int:
     try:
         described = describe_certificate(Path(args.file).read_bytes())
     except FormatError as exc:
-        raise FormatError(f"{args.file}: not a PEM certificate") from exc
+        raise FormatError(f"{args.file}: {exc}") from exc
     width = max(len(label) for label in described) + 1
     for label, value in described.items():
         print(f"{label + ':':<{width}} {value}")

@@ -12,7 +12,9 @@ What this module does, and what it leaves to the agent:
   every ``NAME.crt`` with a ``NAME.key`` beside it. A Kubernetes TLS Secret mounted as a
   directory (``tls.crt``, ``tls.key``, ``ca.crt``: the CA has no key and is skipped) and a
   systemd credentials directory both work. Every problem is a :class:`CertificateError`
-  whose one-line message names the file, so the agent refuses to start with it.
+  whose one-line message names the file, so the agent refuses to start with it; that
+  includes a certificate whose names, key or extensions are malformed DER (cryptography
+  parses those only when they are read, so a certificate that loads is checked whole).
 - :func:`identity_for` picks, for one torrent's CA, the identity that CA issued (the one
   that expires last): during a CA rotation an agent holds one identity per CA and each
   torrent gets its own (docs/private-swarm.md).
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,12 @@ KEY_SUFFIX = ".key"
 
 _PRIVATE_KEY = b"PRIVATE KEY"
 """What every PEM private-key header holds (PKCS#8, SEC1, PKCS#1, encrypted, OpenSSH)."""
+
+_LOAD_ERRORS = (ValueError, x509.InvalidVersion)
+"""What cryptography raises for bytes that are no certificate it can load."""
+_PARSE_ERRORS = (ValueError, UnsupportedAlgorithm, x509.DuplicateExtension, x509.UnsupportedGeneralNameType)
+"""What cryptography raises when a loaded certificate's names, key or extensions are read
+and do not parse (:func:`_unparsable`)."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +173,11 @@ def _read(path: Path) -> bytes:
 def _load_pair(cert_path: Path, key_path: Path, now: dt.datetime) -> TlsIdentity:
     try:
         cert = x509.load_pem_x509_certificate(_read(cert_path))
-    except ValueError as exc:
+    except _LOAD_ERRORS as exc:
         raise CertificateError(f"{cert_path}: not a PEM certificate") from exc
+    problem = _unparsable(cert)
+    if problem is not None:
+        raise CertificateError(f"{cert_path}: a certificate with {problem}")
     if _is_ca(cert):
         raise CertificateError(
             f"{cert_path}: a CA certificate, not an agent's (issue one with: bloomswarm certs issue)"
@@ -222,8 +233,9 @@ def ca_fingerprint(ca_pem: bytes | str) -> str:
 
 
 def check_ca(ca_pem: bytes | str) -> None:
-    """FormatError unless ``ca_pem`` is a PEM certificate with BasicConstraints ca=True."""
-    cert = _load_certificate(ca_pem, "the CA")
+    """FormatError unless ``ca_pem`` is a PEM certificate with BasicConstraints ca=True
+    whose names, key and extensions all parse."""
+    cert = _load_certificate(ca_pem, "the CA", whole=True)
     if not _is_ca(cert):
         subject = cert.subject.rfc4514_string()
         raise FormatError(f"not a CA certificate ({subject}: no BasicConstraints ca=True)")
@@ -242,7 +254,7 @@ def ca_certificate_pem(data: bytes) -> bytes:
         raise FormatError("holds a private key: give the CA certificate alone (the key stays apart)")
     try:
         certificates = x509.load_pem_x509_certificates(data)
-    except ValueError as exc:
+    except _LOAD_ERRORS as exc:
         raise FormatError("the CA is not a PEM certificate") from exc
     if len(certificates) != 1:
         raise FormatError(f"holds {len(certificates)} certificates: give the CA certificate alone")
@@ -251,15 +263,45 @@ def ca_certificate_pem(data: bytes) -> bytes:
     return pem
 
 
-def _load_certificate(pem: bytes | str, what: str) -> x509.Certificate:
+def _load_certificate(pem: bytes | str, what: str, *, whole: bool = False) -> x509.Certificate:
+    """The first certificate in ``pem``. FormatError, naming it ``what``: not a PEM
+    certificate; with ``whole``, also names, a key or extensions that do not parse
+    (:func:`_unparsable`), for callers that read them."""
     data = pem.encode() if isinstance(pem, str) else bytes(pem)
     try:
-        return x509.load_pem_x509_certificate(data)
-    except ValueError as exc:
+        cert = x509.load_pem_x509_certificate(data)
+    except _LOAD_ERRORS as exc:
         raise FormatError(f"{what} is not a PEM certificate") from exc
+    problem = _unparsable(cert) if whole else None
+    if problem is not None:
+        raise FormatError(f"{what} has {problem}")
+    return cert
+
+
+def _unparsable(cert: x509.Certificate) -> str | None:
+    """What of ``cert`` does not parse, as "malformed extensions (cryptography's reason)",
+    or None when its subject, issuer, public key and extensions all do. cryptography parses
+    these only when they are read, raising ValueError (or UnsupportedAlgorithm, or
+    DuplicateExtension...) then; once this returned None, reading them raises no more."""
+    parts: tuple[tuple[str, Callable[[], object]], ...] = (
+        ("a malformed subject", lambda: cert.subject),
+        ("a malformed issuer", lambda: cert.issuer),
+        ("a malformed public key", cert.public_key),
+        ("malformed extensions", lambda: cert.extensions),
+    )
+    for part, read in parts:
+        try:
+            read()
+        except _PARSE_ERRORS as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, UnsupportedAlgorithm):  # a key type cryptography does not know
+                return f"{part.replace('a malformed', 'an unsupported')} ({reason})"
+            return f"{part} ({reason})"
+    return None
 
 
 def _is_ca(cert: x509.Certificate) -> bool:
+    """BasicConstraints ca=True; ``cert`` is one :func:`_unparsable` passed."""
     try:
         constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
@@ -371,8 +413,8 @@ def _validity(days: int, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
 
 def describe_certificate(pem: bytes | str) -> dict[str, str]:
     """What ``bloomswarm certs show`` prints: label -> value, in order. FormatError: not a
-    PEM certificate."""
-    cert = _load_certificate(pem, "the file")
+    PEM certificate, or one whose names, key or extensions do not parse."""
+    cert = _load_certificate(pem, "the file", whole=True)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         names = ", ".join(_general_name(n) for n in san)
