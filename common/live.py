@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,11 @@ class LiveFilter:
         while isinstance(self._current, _NoVersion) and time.monotonic() < deadline:
             time.sleep(min(0.05, poll_interval))
             self.refresh()
+        self._watch = watch
         self._observer = _start_observer(self.directory, self.refresh) if watch else None
         self._poller = threading.Thread(target=self._poll, name="livefilter-poll", daemon=True)
         self._poller.start()
+        _FOLLOWING.add(self)
 
     # -- queries -------------------------------------------------------------------
 
@@ -201,11 +204,36 @@ class LiveFilter:
         if self._poller.is_alive() and self._poller is not threading.current_thread():
             self._poller.join(timeout=5)
 
+    def _follow_again_after_fork(self) -> None:
+        """In a forked child: the threads that watched ``current`` stayed in the parent;
+        start this process's own (a pre-fork server's workers follow swaps too). Unless it
+        was closed before the fork."""
+        self._lock = threading.Lock()  # a parent's thread may have held it at the fork
+        if self._stop.is_set():
+            return
+        self._stop = threading.Event()
+        self._observer = _start_observer(self.directory, self.refresh) if self._watch else None
+        self._poller = threading.Thread(target=self._poll, name="livefilter-poll", daemon=True)
+        self._poller.start()
+
     def __enter__(self) -> LiveFilter:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_FOLLOWING: weakref.WeakSet[LiveFilter] = weakref.WeakSet()
+"""Every LiveFilter of this process, to start following again in a forked child."""
+
+
+def _after_fork_in_child() -> None:
+    for live in list(_FOLLOWING):
+        live._follow_again_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _start_observer(directory: Path, refresh: Callable[[], bool]) -> Any:

@@ -472,3 +472,27 @@ def test_contains_many_accepts_numpy_arrays(data_dir: Path) -> None:
         assert int(ints[3]) in live
         assert live.contains_many(ints + np.uint64(1)).sum() < 50
 
+
+
+@pytest.mark.parametrize("watch", [False, True])
+def test_a_forked_child_follows_swaps_on_its_own(data_dir: Path, two_versions: tuple[Path, Path],
+                                                 watch: bool) -> None:
+    """A pre-fork server's workers: the threads that follow ``current`` do not survive a
+    fork, so the child starts its own and sees the next swap as the parent does."""
+    with LiveFilter(data_dir, watch=watch, poll_interval=0.05) as live:
+        assert live.version == 1
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report whether it saw v2 within 10 s, then leave at once
+            os.close(read_end)
+            seen = wait_until(lambda: live.version == 2 and B_ONLY[0] in live, timeout=10.0)
+            os.write(write_end, b"1" if seen else b"0")
+            os._exit(0)
+        os.close(write_end)
+        try:
+            DataDir(data_dir).flip_current(2)
+            assert wait_until(lambda: live.version == 2)
+            assert os.read(read_end, 1) == b"1"  # blocks until the child answered
+        finally:
+            os.close(read_end)
+            os.waitpid(pid, 0)
