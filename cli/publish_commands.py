@@ -235,7 +235,7 @@ def run_publish(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.retention import apply_retention
     from bloomswarm.publisher.sources import SourceSpec
     from bloomswarm.publisher.versions import newest_manifests
-    from bloomswarm.publisher.watch import watch_and_publish
+    from bloomswarm.publisher.watch import stop_on_signals, watch_and_publish
 
     bucket_config = load_cli_config(args)
     config = _filter_config(bucket_config, args)
@@ -300,8 +300,8 @@ def run_publish(args: argparse.Namespace) -> int:
                   f"(versions {_ranges(plan.deleted_versions) or 'none'}), "
                   f"aborted {len(plan.abort_uploads)} unfinished uploads", flush=True)
 
-    if args.watch:
-        with _stop_on_signals() as stop:
+    if args.watch:  # SIGINT/SIGTERM: stop; a publish under way is interrupted (watch.py)
+        with stop_on_signals() as stop:
             watch_and_publish(args.watch, publish_once, stop, debounce_s=config.watch_debounce_s)
         return 0
     with sigterm_interrupts():
