@@ -56,7 +56,7 @@ CHANGE_EVENTS = frozenset(
 """Event types that mean the data changed."""
 
 
-class PublishInterrupted(KeyboardInterrupt):
+class _PublishInterrupted(KeyboardInterrupt):
     """Raised inside a publish by :meth:`WatchStop.request` when the stop request comes
     from the thread running that publish (a signal handler): the publish aborts at once."""
 
@@ -66,7 +66,7 @@ class WatchStop(threading.Event):
 
     Setting it (``set`` or ``request``) ends the watch once no publish is running.
     :meth:`request` called in the thread that is inside ``on_change`` — what a signal
-    handler does, as handlers run in the main thread — raises :class:`PublishInterrupted`
+    handler does, as handlers run in the main thread — raises :class:`_PublishInterrupted`
     there, so that the publish under way aborts instead of running to its end.
     """
 
@@ -78,7 +78,7 @@ class WatchStop(threading.Event):
         """Ask the watcher to stop; see the class docstring."""
         self.set()
         if self._publishing_in == threading.get_ident():
-            raise PublishInterrupted
+            raise _PublishInterrupted
 
     @contextlib.contextmanager
     def publishing(self) -> Iterator[None]:
@@ -86,7 +86,7 @@ class WatchStop(threading.Event):
         self._publishing_in = threading.get_ident()
         try:
             if self.is_set():  # requested between the watcher's check and here: don't start
-                raise PublishInterrupted
+                raise _PublishInterrupted
             yield
         finally:
             self._publishing_in = None
@@ -252,7 +252,7 @@ def watch_and_publish(
             if watched.follow() and recorder.take_if_quiet(debounce_s):
                 calls += _call(on_change, stop)
         log.info("stop requested: no longer watching %s", directory)
-    except PublishInterrupted:
+    except _PublishInterrupted:
         log.warning("stop requested during a publish: interrupted it; a half-done attempt is "
                     "never made live and retention removes what it left")
     finally:

@@ -201,7 +201,8 @@ def test_a_bad_ca_directory_is_one_line_exit_1_and_no_files(
      "bloomswarm certs: error: --out ca is the CA's directory: agents must not get the CA key"),
     (["certs", "issue", "--ca", "ca", "--name", "n"], 2,
      "bloomswarm certs issue: the following arguments are required: --out"),
-    (["certs", "show", "ca/ca.key"], 1, "bloomswarm certs: error: ca/ca.key: not a PEM certificate"),
+    (["certs", "show", "ca/ca.key"], 1,
+     "bloomswarm certs: error: ca/ca.key: the file is not a PEM certificate"),
     (["certs", "show", "nothing.crt"], 1, "bloomswarm certs: error: No such file or directory: nothing.crt"),
     (["certs", "frob"], 2, "bloomswarm certs: argument ACTION: invalid choice: 'frob' "
                            "(choose from 'init-ca', 'issue', 'show')"),

@@ -24,7 +24,7 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PRIVATE_CONTROL_FLOW = {"bloomswarm.agent.direct._Stopped"}
+PRIVATE_CONTROL_FLOW = {"bloomswarm.agent.direct._Stopped", "bloomswarm.publisher.watch._PublishInterrupted"}
 """Exceptions that never leave their module (see the errors module's docstring)."""
 
 
