@@ -55,7 +55,8 @@ ANY_TORRENT = "*"
 """The SAN DNS name libtorrent accepts for every torrent of the CA."""
 
 MAX_NAME_LENGTH = 64
-"""X.509's upper bound on a common name (ub-common-name)."""
+"""X.509's upper bound on a common name (ub-common-name), in bytes of UTF-8 (what
+cryptography measures: 16 characters of U+10000 and above already make 64)."""
 
 SigningKey = (ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
               | ed448.Ed448PrivateKey | dsa.DSAPrivateKey)
@@ -394,10 +395,10 @@ def issue_certificate(
 def _name(name: str) -> x509.Name:
     if not name.strip():
         raise ValueError("the certificate name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(
-            f"the certificate name must be at most {MAX_NAME_LENGTH} characters, got {len(name)}"
-        )
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_LENGTH:
+        unit = "characters" if size == len(name) else "bytes of UTF-8"
+        raise ValueError(f"the certificate name must be at most {MAX_NAME_LENGTH} {unit}, got {size}")
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
 
 
