@@ -88,6 +88,20 @@ def stage_file(data_dir: Path, version: int, data: bytes) -> Path:
     return path
 
 
+def install_fake_versions(data_dir: Path, *versions: int) -> None:
+    """Install ``versions`` into ``data_dir`` as the agent would (a staged file renamed in,
+    its documents beside it), each file holding a few bytes: what garbage collection sees."""
+    from bloomswarm.agent.install import InstalledDocuments, install_version
+
+    documents = InstalledDocuments(manifest=b"{}", manifest_signature=b"sig", torrent=b"t")
+    for version in versions:
+        staging = DataDir(data_dir).staging_dir(version)
+        staging.mkdir(parents=True, exist_ok=True)
+        (staging / "filter.bsf").write_bytes(f"v{version}".encode())
+        install_version(data_dir, version, staging / "filter.bsf", documents)
+        staging.rmdir()
+
+
 def publish(
     store: MemoryObjectStore, keys: list[str], *, capacity: int = 1000, key: SigningKey = KEY,
     deltas: bool = False,

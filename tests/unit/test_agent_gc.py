@@ -7,19 +7,9 @@ from pathlib import Path
 import pytest
 
 from bloomswarm.agent.gc import collect_garbage, installed_versions, versions_to_keep
-from bloomswarm.agent.install import InstalledDocuments, activate, install_version, prepare_data_dir
+from bloomswarm.agent.install import activate, prepare_data_dir
 from bloomswarm.common.datadir import DataDir
-
-_DOCUMENTS = InstalledDocuments(manifest=b"{}", manifest_signature=b"sig", torrent=b"t")
-
-
-def _install(data_dir: Path, *versions: int) -> None:
-    for version in versions:
-        staging = DataDir(data_dir).staging_dir(version)
-        staging.mkdir(parents=True, exist_ok=True)
-        (staging / "filter.bsf").write_bytes(f"v{version}".encode())
-        install_version(data_dir, version, staging / "filter.bsf", _DOCUMENTS)
-        staging.rmdir()
+from tests.unit.agent_helpers import install_fake_versions
 
 
 @pytest.fixture
@@ -29,7 +19,7 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 def test_keeps_current_and_the_newest_others(data_dir: Path) -> None:
-    _install(data_dir, 1, 2, 3, 4)
+    install_fake_versions(data_dir, 1, 2, 3, 4)
     activate(data_dir, 4)
     stopped: list[int] = []
     collected = collect_garbage(data_dir, 2, stopped.append)
@@ -38,7 +28,7 @@ def test_keeps_current_and_the_newest_others(data_dir: Path) -> None:
 
 
 def test_never_deletes_current_even_when_it_is_the_oldest(data_dir: Path) -> None:
-    _install(data_dir, 1, 2, 3, 4)
+    install_fake_versions(data_dir, 1, 2, 3, 4)
     activate(data_dir, 1)  # a pinned rollback
     collect_garbage(data_dir, 2, lambda _v: None)
     assert installed_versions(data_dir) == [1, 4]
@@ -48,7 +38,7 @@ def test_never_deletes_current_even_when_it_is_the_oldest(data_dir: Path) -> Non
 
 
 def test_without_current_keeps_the_newest(data_dir: Path) -> None:
-    _install(data_dir, 5, 6, 7)
+    install_fake_versions(data_dir, 5, 6, 7)
     collect_garbage(data_dir, 2, lambda _v: None)
     assert installed_versions(data_dir) == [6, 7]
 
@@ -79,7 +69,7 @@ def test_keep_must_be_positive(data_dir: Path) -> None:
 
 
 def test_removes_a_flip_interrupted_by_a_crash(data_dir: Path) -> None:
-    _install(data_dir, 1)
+    install_fake_versions(data_dir, 1)
     activate(data_dir, 1)
     (data_dir / ".current.tmp-99999").symlink_to("versions/v1")
     collected = collect_garbage(data_dir, 2, lambda _v: None)
@@ -90,7 +80,7 @@ def test_removes_a_flip_interrupted_by_a_crash(data_dir: Path) -> None:
 
 def test_retention_alone_leaves_leftovers_for_the_next_full_collection(data_dir: Path) -> None:
     for version in (1, 2, 3):
-        _install(data_dir, version)
+        install_fake_versions(data_dir, version)
     activate(data_dir, 3)
     DataDir(data_dir).staging_dir(9).mkdir()
     (data_dir / ".current.tmp-99999").symlink_to("versions/v3")

@@ -21,9 +21,7 @@ from bloomswarm.agent import gc as gc_module
 from bloomswarm.agent.daemon import AgentDaemon
 from bloomswarm.agent.gc import collect_garbage, installed_versions
 from bloomswarm.agent.install import (
-    InstalledDocuments,
     activate,
-    install_version,
     prepare_data_dir,
     remove_tree,
 )
@@ -31,22 +29,17 @@ from bloomswarm.agent.memory_transfer import MemoryOrigin
 from bloomswarm.common.datadir import DataDir
 from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import agent_helpers
-from tests.unit.agent_helpers import agent_config, installed, make_daemon, publish, run_until
+from tests.unit.agent_helpers import (
+    agent_config,
+    install_fake_versions,
+    installed,
+    make_daemon,
+    publish,
+    run_until,
+)
 
 store, origin, daemons = agent_helpers.store, agent_helpers.origin, agent_helpers.daemons  # fixtures
 offline = agent_helpers.offline
-
-_DOCUMENTS = InstalledDocuments(manifest=b"{}", manifest_signature=b"sig", torrent=b"t")
-
-
-def _install(data_dir: Path, *versions: int) -> None:
-    for version in versions:
-        staging = DataDir(data_dir).staging_dir(version)
-        staging.mkdir(parents=True, exist_ok=True)
-        (staging / "filter.bsf").write_bytes(f"v{version}".encode())
-        install_version(data_dir, version, staging / "filter.bsf", _DOCUMENTS)
-        staging.rmdir()
-
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
@@ -64,14 +57,23 @@ def outside(tmp_path: Path) -> Path:
     return d
 
 
-def _undeletable(monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
-    """Make gc's deletion of ``victim`` fail as an immutable file below it would."""
+def _undeletable(monkeypatch: pytest.MonkeyPatch, victim: Path, module: object = gc_module) -> None:
+    """Make ``module``'s deletion of ``victim`` fail as an immutable file below it would."""
     def remove_tree_failing(path: Path) -> None:
         if path == victim:
             raise PermissionError(errno.EPERM, "Operation not permitted", str(victim / "manifest.json"))
         remove_tree(path)
 
-    monkeypatch.setattr(gc_module, "remove_tree", remove_tree_failing)
+    monkeypatch.setattr(module, "remove_tree", remove_tree_failing)
+
+
+def _agent_on_v1(tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin,
+                 daemons: list[AgentDaemon]) -> AgentDaemon:
+    publish(store, ["a"])
+    daemon = make_daemon(agent_config(tmp_path), origin)
+    daemons.append(daemon)
+    run_until(daemon, lambda: installed(daemon, 1))
+    return daemon
 
 
 def _warnings(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
@@ -118,7 +120,7 @@ def test_remove_tree_deletes_what_it_can_and_names_the_failure_fully(
 def test_symlinked_version_dir_is_unlinked_not_followed(
     data_dir: Path, outside: Path, with_filter: bool,
 ) -> None:
-    _install(data_dir, 1, 2)
+    install_fake_versions(data_dir, 1, 2)
     activate(data_dir, 2)
     if with_filter:
         (outside / "filter.bsf").write_bytes(b"not ours")
@@ -149,7 +151,7 @@ def test_symlink_in_staging_is_unlinked_not_followed(data_dir: Path, outside: Pa
 def test_undeletable_leftover_is_logged_and_the_rest_collected(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, where: str,
 ) -> None:
-    _install(data_dir, 1, 2, 3)
+    install_fake_versions(data_dir, 1, 2, 3)
     activate(data_dir, 3)
     for leftover in ("staging/v8", "staging/v9", "versions/v6", "versions/v7"):
         (data_dir / leftover).mkdir()
@@ -172,7 +174,7 @@ def test_undeletable_leftover_is_logged_and_the_rest_collected(
 def test_undeletable_old_version_is_logged_and_retried(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    _install(data_dir, 1, 2, 3, 4)
+    install_fake_versions(data_dir, 1, 2, 3, 4)
     activate(data_dir, 4)
     _undeletable(monkeypatch, DataDir(data_dir).version_dir(1))
     stopped: list[int] = []
@@ -195,7 +197,7 @@ def test_undeletable_old_version_is_logged_and_retried(
 def test_only_canonical_version_dirs_are_deleted(
     data_dir: Path, outside: Path, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    _install(data_dir, 1)
+    install_fake_versions(data_dir, 1)
     activate(data_dir, 1)
     versions = data_dir / "versions"
     for name in ("v01", "v-1", "v0", "backup", "V3", "v3"):
@@ -262,10 +264,7 @@ def test_undeletable_old_version_does_not_stop_seeding_the_new_one(
     tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish(store, ["a"])
-    daemon = make_daemon(agent_config(tmp_path), origin)
-    daemons.append(daemon)
-    run_until(daemon, lambda: installed(daemon, 1))
+    daemon = _agent_on_v1(tmp_path, store, origin, daemons)
     publish(store, ["a", "b"])
     run_until(daemon, lambda: installed(daemon, 2))
     _undeletable(monkeypatch, daemon.layout.version_dir(1))
@@ -285,18 +284,9 @@ def test_an_undeletable_staging_directory_after_an_install_does_not_stop_seeding
     tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin, daemons: list[AgentDaemon], *,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    publish(store, ["a"])
-    daemon = make_daemon(agent_config(tmp_path), origin)
-    daemons.append(daemon)
-    run_until(daemon, lambda: installed(daemon, 1))
+    daemon = _agent_on_v1(tmp_path, store, origin, daemons)
     staging = daemon.layout.staging_dir(2)
-
-    def remove_tree_failing(path: Path) -> None:
-        if path == staging:
-            raise PermissionError(errno.EPERM, "Operation not permitted", str(staging / "filter.bsf"))
-        remove_tree(path)
-
-    monkeypatch.setattr(daemon_module, "remove_tree", remove_tree_failing)
+    _undeletable(monkeypatch, staging, daemon_module)
     publish(store, ["a", "b"])
     with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
         run_until(daemon, lambda: installed(daemon, 2))
