@@ -3,11 +3,13 @@ the whitelist probe the tests use."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,22 @@ open(path + ".ready", "w").close()
 while True:
     time.sleep(0.05)
 """
+
+
+@contextlib.contextmanager
+def _hup_recorder(log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that appends "hup" to ``log`` on each SIGHUP, ready to receive them;
+    killed afterwards."""
+    recorder = subprocess.Popen([sys.executable, "-c", HUP_RECORDER, str(log)])
+    try:
+        deadline = time.monotonic() + 20
+        while not Path(f"{log}.ready").exists():
+            assert time.monotonic() < deadline and recorder.poll() is None
+            time.sleep(0.02)
+        yield recorder
+    finally:
+        recorder.kill()
+        recorder.wait(timeout=10)
 
 
 def _published(count: int, config: PublisherConfig = CONFIG) -> MemoryObjectStore:
@@ -76,12 +94,8 @@ def test_versions_signed_by_an_unknown_key_are_left_out(tmp_path: Path) -> None:
 
 def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> None:
     log = tmp_path / "hups"
-    tracker = subprocess.Popen([sys.executable, "-c", HUP_RECORDER, str(log)])
-    try:
+    with _hup_recorder(log) as tracker:
         deadline = time.monotonic() + 20
-        while not Path(f"{log}.ready").exists():
-            assert time.monotonic() < deadline and tracker.poll() is None
-            time.sleep(0.02)
         pid_file = tmp_path / "tracker.pid"
         pid_file.write_text(f"{tracker.pid}\n")
         proc = _proc_naming(tmp_path, tracker.pid, "opentracker")  # the recorder plays the tracker
@@ -96,9 +110,6 @@ def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> 
             assert time.monotonic() < deadline
             time.sleep(0.02)
         assert log.read_text().count("hup") == 2
-    finally:
-        tracker.kill()
-        tracker.wait(timeout=10)
     no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live process
     with pytest.raises(ConfigError, match="not running"):
         sync_whitelist(_published(1), tmp_path / "w2", tracker_pid=no_such_pid)
@@ -116,20 +127,12 @@ def test_a_pid_that_is_not_opentracker_is_never_signalled(tmp_path: Path) -> Non
     """A stale PID file may name any process since: it is refused before the whitelist is
     written (so the next sync, with the right PID, writes it and signals)."""
     log = tmp_path / "hups"
-    bystander = subprocess.Popen([sys.executable, "-c", HUP_RECORDER, str(log)])
-    try:
-        deadline = time.monotonic() + 20
-        while not Path(f"{log}.ready").exists():
-            assert time.monotonic() < deadline and bystander.poll() is None
-            time.sleep(0.02)
+    with _hup_recorder(log) as bystander:
         whitelist = tmp_path / "whitelist.txt"
         with pytest.raises(ConfigError, match="not opentracker"):
             sync_whitelist(_published(1), whitelist, tracker_pid=bystander.pid)  # the real /proc
         time.sleep(0.2)
         assert not log.exists() and bystander.poll() is None and not whitelist.exists()
-    finally:
-        bystander.kill()
-        bystander.wait(timeout=10)
 
 
 def test_a_reload_that_fails_puts_the_previous_whitelist_back(tmp_path: Path) -> None:
