@@ -44,7 +44,9 @@ def bit_indexes(key: Key, params: FilterParams) -> list[int]:
     return standard_bit_indexes(h, params.num_bits, params.num_probes)
 
 
-def make_contains(bits: bitarray, params: FilterParams) -> Callable[[Key], bool]:
+def make_contains(
+    bits: bitarray, params: FilterParams
+) -> tuple[Callable[[Key], bool], Callable[[], None]]:
     """A fast pure-Python membership test over ``bits`` (a little-endian bitarray).
 
     Equivalent to ``all(bits[i] for i in bit_indexes(key, params))``. The blocked
@@ -52,6 +54,11 @@ def make_contains(bits: bitarray, params: FilterParams) -> Callable[[Key], bool]
     ``__init__``): probes are read three at a time from 27-bit slices of the hash, which
     are small ints and cost a third of a 128-bit int operation, and an absent key returns
     at its first unset bit.
+
+    Returns the test and its ``release``, which drops the test's reference to ``bits`` (a
+    later call of the test fails): the generated test and its namespace refer to each
+    other, so without it ``bits``, and the buffer it exports, would live until the next
+    garbage collection.
     """
     seed, k = params.hash_seed, params.num_probes
     if params.layout == Layout.BLOCKED:
@@ -60,7 +67,7 @@ def make_contains(bits: bitarray, params: FilterParams) -> Callable[[Key], bool]
             "hash128": mmh3.mmh3_x64_128_uintdigest, "encode_key": encode_key,
         }
         exec(_blocked_contains_source(k), namespace)
-        return cast("Callable[[Key], bool]", namespace["contains"])
+        return cast("Callable[[Key], bool]", namespace["contains"]), namespace.clear
 
     hash128 = mmh3.mmh3_x64_128_uintdigest
     m = params.num_bits
@@ -75,7 +82,12 @@ def make_contains(bits: bitarray, params: FilterParams) -> Callable[[Key], bool]
                 return False
         return True
 
-    return contains_standard
+    def release() -> None:
+        for cell in contains_standard.__closure__ or ():
+            if cell.cell_contents is bits:
+                cell.cell_contents = None
+
+    return contains_standard, release
 
 
 def _blocked_contains_source(num_probes: int) -> str:

@@ -12,7 +12,8 @@ import contextlib
 import hashlib
 import mmap
 import os
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,14 @@ class Filter:
         raise NotImplementedError
 
 
+def _release_one_off(one_off: type, release_contains: Callable[[], None]) -> None:
+    """Break the references from a :class:`_PyFilter`'s one-off class and generated test
+    to its bits (see ``_PyFilter._bind_engine``)."""
+    release_contains()
+    with contextlib.suppress(AttributeError):
+        delattr(one_off, "__contains__")
+
+
 class _PyFilter(Filter):
     """The pure-Python reference path: mmh3 + bitarray over the mapping, numpy for batches."""
 
@@ -220,16 +229,23 @@ class _PyFilter(Filter):
     def _bind_engine(self) -> None:
         assert self._view is not None
         self._bits = bitarray(buffer=self._view, endian="little")
-        self._contains = make_contains(self._bits, self.params)
+        self._contains, self._release_contains = make_contains(self._bits, self.params)
         # ``key in f`` costs one Python frame instead of two when the generated test is the
         # class's own __contains__: give this instance a one-off subclass that has it.
-        self.__class__ = type(
+        one_off = type(
             "_PyFilter", (_PyFilter,), {"__contains__": staticmethod(self._contains), "__slots__": ()}
         )
+        self.__class__ = one_off
+        # A filter dropped without close() (LiveFilter's old versions) must release the
+        # mapping when it goes, not at the next collection of its one-off class.
+        self._finalizer = weakref.finalize(self, _release_one_off, one_off, self._release_contains)
 
     def _unbind_engine(self) -> None:
+        # The test, its namespace and the one-off class refer to each other: break that, or
+        # ``_bits`` keeps the buffer exported (and the file mapped) until a collection.
         self._contains = _closed
         self.__class__ = _PyFilter
+        self._finalizer()
         del self._bits
 
     def __contains__(self, key: Key) -> bool:
