@@ -90,6 +90,7 @@ def run_build(args: argparse.Namespace) -> int:
         raise ConfigError(f"output is a directory: {args.output} (give a file name)")
     if args.engine != "dask" and (args.scheduler or args.workers):
         raise ConfigError("--scheduler and --workers need --engine dask")
+    _refuse_output_among_inputs(args.output, args.inputs)
     source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column,
                         parquet_column=args.parquet_column)
     spec = BuildSpec(target_fpp=args.fpp, layout=args.layout, hash_seed=args.seed,
@@ -103,6 +104,18 @@ def run_build(args: argparse.Namespace) -> int:
           f"{p.num_bits / max(builder.key_count, 1):.2f} bits/key, k={p.num_probes}, "
           f"{header.file_size:,} bytes")
     return 0
+
+
+def _refuse_output_among_inputs(output: Path, inputs: list[str]) -> None:
+    """ConfigError when the output file is one of the local inputs, or inside an input
+    directory: the build would replace its own keys, or read a filter as keys next time."""
+    target = output.resolve()
+    for given in inputs:
+        if "://" in given:
+            continue
+        source = Path(given).resolve()
+        if target == source or (source.is_dir() and source in target.parents):
+            raise ConfigError(f"the output {output} is among the inputs ({given}): write it elsewhere")
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

@@ -99,6 +99,11 @@ def size_filter(capacity: int, target_fpp: float, layout: Layout) -> tuple[int, 
             f"{capacity} keys at {target_fpp} need {best[0] // BLOCK_BITS} blocks; "
             f"the blocked layout allows {MAX_BLOCKS}: shard the key set"
         )
+    if layout == Layout.STANDARD and best[0] > MAX_BLOCKS * BLOCK_BITS:
+        raise ValueError(
+            f"{capacity} keys at {target_fpp} need {best[0] // 8:,} bytes; a filter holds at most "
+            f"{MAX_BLOCKS * BLOCK_BITS // 8:,} (as the blocked layout): shard the key set"
+        )
     return best
 
 

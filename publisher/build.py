@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.errors import ConfigError
+from bloomswarm.common.errors import ConfigError, InputError
 from bloomswarm.common.fastpath import Engine
 from bloomswarm.common.filter_summary import FilterSummary
 from bloomswarm.common.params import FilterParams, Layout
@@ -60,7 +60,9 @@ def build_filter(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
     """Build a filter from every key of ``source``, sized and placed by ``spec``.
 
     Logs a warning when the input holds more keys than ``spec.expected_keys``: the
-    filter then exceeds its target false-positive rate. InputError for unreadable input,
+    filter then exceeds its target false-positive rate. Without ``expected_keys`` the input
+    is read twice (count, then insert): InputError when the two reads differ (a pipe, files
+    changed meanwhile), never a filter missing keys. InputError for unreadable input,
     ConfigError for a bad engine or an unusable Dask setup.
     """
     if spec.engine == "dask":
@@ -70,6 +72,7 @@ def build_filter(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
     if spec.engine != "local":
         raise ConfigError(f"unknown build engine {spec.engine!r}: expected 'local' or 'dask'")
     capacity = spec.expected_keys
+    counted = capacity is None
     if capacity is None:
         capacity = count_keys(source, progress=spec.progress)
     builder = empty_builder(capacity, spec)
@@ -77,6 +80,12 @@ def build_filter(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
         for batch in iter_key_batches(source):
             builder.add_many(batch)
             bar.advance(len(batch))
+    if counted and builder.key_count != capacity:
+        raise InputError(
+            f"the input changed between the two passes over it: {capacity:,} keys counted, then "
+            f"{builder.key_count:,} read (a pipe or stdin can be read once: pass --expected-keys "
+            "to build in one pass; or files changed while building)"
+        )
     warn_if_over_capacity(builder, capacity)
     return builder
 
@@ -100,10 +109,16 @@ def empty_builder(capacity: int, spec: BuildSpec) -> FilterBuilder:
     """
     decision = plan_sizing(capacity, spec)
     log.log(logging.INFO if spec.sizing else logging.DEBUG, "sizing: %s", decision.reason)
-    return FilterBuilder(
-        decision.params, capacity=decision.capacity, target_fpp=decision.target_fpp,
-        engine=spec.kernel,
-    )
+    try:
+        return FilterBuilder(
+            decision.params, capacity=decision.capacity, target_fpp=decision.target_fpp,
+            engine=spec.kernel,
+        )
+    except MemoryError:
+        raise ConfigError(
+            f"a filter of {decision.params.num_bytes:,} bytes for {decision.capacity:,} keys does not "
+            "fit in this machine's memory: lower --expected-keys, raise --fpp, or shard the key set"
+        ) from None
 
 
 def plan_sizing(key_count: int, spec: BuildSpec) -> SizingDecision:
