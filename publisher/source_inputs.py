@@ -76,9 +76,11 @@ def expand_paths(patterns: Sequence[str]) -> list[Path]:
 def resolve_inputs(patterns: Sequence[str], s3_config: S3Config | None = None) -> list[InputRef]:
     """Resolve local patterns and ``s3://bucket/prefix`` URLs to input references.
 
-    A local pattern is a file, a directory (its regular files, sorted) or a glob. An S3
-    URL stands for every object under the prefix taken as a folder, sorted by key (keys
-    ending in "/" are folder markers and skipped), or for the one object it names.
+    A local pattern is a file, a directory (its regular files, sorted) or a glob; a path
+    that exists is taken literally even when it holds glob characters (``keys[1].txt``).
+    An S3 URL stands for every object under the prefix taken as a folder, sorted by key
+    (folder markers, the zero-byte ``dir/`` objects the S3 console makes, are skipped),
+    or for the one object it names.
     ``s3_config`` supplies the endpoint, region, profile and timeouts for S3 URLs (its
     bucket and prefix are replaced); without it the endpoint comes from
     ``$BLOOMSWARM_S3_ENDPOINT_URL`` or boto3's own settings. InputError when a pattern
@@ -96,15 +98,16 @@ def resolve_inputs(patterns: Sequence[str], s3_config: S3Config | None = None) -
 
 
 def _expand_local(pattern: str) -> list[Path]:
+    # An existing path is literal first: a file may be named "keys[1].txt".
+    if os.path.isdir(pattern):
+        return sorted(p for p in Path(pattern).iterdir() if p.is_file())
+    if os.path.exists(pattern):
+        return [Path(pattern)]
     if glob.has_magic(pattern):
         matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
         if not matches:
             raise InputError(f"no files match {pattern}")
         return [p for p in matches if p.is_file()]
-    if os.path.isdir(pattern):
-        return sorted(p for p in Path(pattern).iterdir() if p.is_file())
-    if os.path.exists(pattern):
-        return [Path(pattern)]
     raise InputError(f"input not found: {pattern}")
 
 
@@ -122,7 +125,11 @@ def s3_config_for(url: str, template: S3Config | None = None) -> S3Config:
 
 def _list_s3(url: str, template: S3Config | None) -> list[InputRef]:
     config = s3_config_for(url, template)
-    keys = [k for k in store_for(config).list("") if not k.endswith("/")]
+    keys = [k for k in store_for(config).list("") if not _is_folder_marker(k)]
+    for key in keys:
+        if key.startswith("/"):  # "dir//k": no store key can start with "/"
+            raise InputError(f"cannot read {config.url}/{key}: an object key with an empty "
+                             "folder name (\"//\") is not supported; rename the object")
     if keys:
         return [S3Input(config, key) for key in keys]
     if config.prefix:  # maybe the URL names one object
@@ -131,6 +138,12 @@ def _list_s3(url: str, template: S3Config | None) -> list[InputRef]:
         if store_for(single).exists(name):
             return [S3Input(single, name)]
     raise InputError(f"no objects under {url}")
+
+
+def _is_folder_marker(key: str) -> bool:
+    """Whether a listed key (relative to the URL's prefix) is a folder marker: ``""``
+    for the prefix's own ``dir/`` object, or any other key ending in "/"."""
+    return not key or key.endswith("/")
 
 
 @functools.lru_cache(maxsize=16)

@@ -2,9 +2,14 @@
 
 Lines end with ``\\n``; trailing ``\\r`` characters are stripped (``\\r\\n`` files work) and
 blank lines are skipped. Data is read in blocks of :data:`BLOCK_SIZE` bytes and each
-block's whole lines become one batch, so memory stays bounded by the block size (plus
-the longest line). An uncompressed file can also be read by byte range
-(:func:`range_chunks`), which is how the distributed build splits a big file.
+block's whole lines become one batch, so memory stays bounded by the block size plus the
+longest line, which is at most :data:`MAX_KEY_BYTES` (a longer line is an error, raised
+before more than about a block past the limit is held). An uncompressed file can also be
+read by byte range (:func:`range_chunks`), which is how the distributed build splits a
+big file.
+
+CSV is parsed strictly: a quoted field that never ends, or text after a closing quote, is
+an error naming the line, not a field that swallows the rest of the file.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import gzip
 import io
 from collections.abc import Iterator
 from itertools import chain, islice
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import zstandard
 
@@ -22,17 +27,50 @@ from bloomswarm.common.errors import InputError
 
 from .source_keys import KeyBatch, KeyType, convert_fields
 
+if TYPE_CHECKING:
+    from _csv import Reader as _CsvReader
+
 BLOCK_SIZE = 4 << 20
 """Bytes read per step from a text input."""
 CSV_BATCH_ROWS = 65536
+MAX_KEY_BYTES = 1 << 20
+"""The longest line read as a key: 1 MiB, counting a trailing "\\r" but not the "\\n".
+Keys are hashed, so length costs nothing in the filter, but a multi-megabyte "key" in a
+text file is almost surely bad input (a binary file, a file without line ends);
+refusing it keeps memory bounded."""
+MAX_CSV_LINE_CHARS = 16 << 20
+"""The longest physical CSV line read (in characters). Fields are bounded on their own
+(the csv module's field size limit); this bounds a row of many fields, or a file with no
+line ends, so it cannot fill memory."""
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+_NAMED_FORMATS = {".gz": ("gzip", GZIP_MAGIC), ".gzip": ("gzip", GZIP_MAGIC),
+                  ".zst": ("zstd", ZSTD_MAGIC), ".zstd": ("zstd", ZSTD_MAGIC)}
+"""Compressed formats by file name ending (see :func:`check_named_format`)."""
 
 
 def is_compressed(magic: bytes) -> bool:
     """Whether data starting with ``magic`` is gzip or zstd (and so cannot be split)."""
     return magic.startswith(GZIP_MAGIC) or magic == ZSTD_MAGIC
+
+
+def check_named_format(name: str, magic: bytes) -> None:
+    """InputError when ``name`` ends in .gz or .zst (.gzip, .zstd) but the input, whose
+    first bytes are ``magic`` (all of it when it is shorter), is shorter than that
+    format's marker: a cut-off download is not plain text. The format is otherwise
+    detected from the bytes, never the name; an empty input has no keys."""
+    dot = name.rfind(".")
+    named = _NAMED_FORMATS.get(name[dot:].lower()) if dot >= 0 else None
+    if named is None or not magic:
+        return
+    format_name, marker = named
+    if len(magic) < len(marker):
+        raise InputError(
+            f"{name}: {len(magic)} byte{'s' if len(magic) > 1 else ''} long, too short for a "
+            f"{format_name} file ({format_name} data starts with {len(marker)} marker bytes)"
+        )
 
 
 def decompressing(raw: BinaryIO, magic: bytes) -> BinaryIO:
@@ -133,47 +171,134 @@ def range_chunks(chunks: Iterator[bytes], start: int, end: int) -> Iterator[byte
 
 
 def line_batches(chunks: Iterator[bytes], key_type: KeyType, where: str) -> Iterator[KeyBatch]:
-    """One batch of keys per block of whole lines; errors name ``where`` and the line."""
+    """One batch of keys per block of whole lines; errors name ``where`` and the line.
+    A line longer than :data:`MAX_KEY_BYTES` is an InputError."""
     line_no = 1
-    for block in _whole_lines(chunks):
-        lines = block.split(b"\n")
-        if block.endswith(b"\n"):
-            lines.pop()
-        if b"\r" in block:
-            lines = [line.rstrip(b"\r") for line in lines]
-        yield convert_fields(lines, key_type, where, line_no, text=block)
-        line_no += len(lines)
+    try:
+        for block in _whole_lines(chunks):
+            _check_line_lengths(block, where, line_no)
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            if b"\r" in block:
+                lines = [line.rstrip(b"\r") for line in lines]
+            yield convert_fields(lines, key_type, where, line_no, text=block)
+            line_no += len(lines)
+    except _LongLine:  # the line after the last block, still running on
+        raise InputError(_long_line(where, line_no)) from None
+
+
+class _LongLine(Exception):
+    """The line after the last block yielded is already longer than MAX_KEY_BYTES."""
+
+
+def _long_line(where: str, line_no: int) -> str:
+    return (f"{where}:{line_no}: line longer than {MAX_KEY_BYTES:,} bytes (1 MiB), the "
+            "longest key allowed; is this a key file with one key per line?")
 
 
 def _whole_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    """Regroup ``chunks`` into blocks that end at a line end (the last one may not)."""
+    """Regroup ``chunks`` into blocks that end at a line end (the last one may not).
+    Raises _LongLine as soon as the unfinished line held exceeds MAX_KEY_BYTES, so a
+    file without line ends is never held whole."""
     pieces: list[bytes] = []
+    held = 0
     for chunk in chunks:
         cut = chunk.rfind(b"\n") + 1
         if cut == 0:
             pieces.append(chunk)
-            continue
-        pieces.append(chunk[:cut])
-        yield b"".join(pieces)
-        pieces = [chunk[cut:]]
+            held += len(chunk)
+        else:
+            pieces.append(chunk[:cut])
+            yield b"".join(pieces)
+            pieces = [chunk[cut:]]
+            held = len(chunk) - cut
+        if held > MAX_KEY_BYTES:
+            raise _LongLine
     tail = b"".join(pieces)
     if tail:
         yield tail
 
 
+def _check_line_lengths(block: bytes, where: str, first_no: int) -> None:
+    """InputError naming the first line of ``block`` (line ``first_no`` of ``where``)
+    longer than MAX_KEY_BYTES.
+
+    Looks for a newline in each window of half the limit: a line over the limit holds a
+    whole window, and in ordinary data every window finds one within a few bytes, so the
+    check reads a handful of bytes per block; only a window without one is followed to
+    its line's ends.
+    """
+    if len(block) <= MAX_KEY_BYTES:
+        return
+    step = MAX_KEY_BYTES // 2
+    pos = 0
+    while pos + step <= len(block):
+        if block.find(b"\n", pos, pos + step) >= 0:
+            pos += step
+            continue
+        start = block.rfind(b"\n", 0, pos) + 1
+        end = block.find(b"\n", pos + step)
+        if end < 0:
+            end = len(block)
+        if end - start > MAX_KEY_BYTES:
+            raise InputError(_long_line(where, first_no + block.count(b"\n", 0, start)))
+        pos = end
+
+
 def csv_batches(stream: BinaryIO, column: str, key_type: KeyType, where: str) -> Iterator[KeyBatch]:
     """Batches of the keys in CSV column ``column`` (chosen by header name); empty fields
-    and short rows are skipped. Numbers in errors are row numbers (the header is row 1)."""
+    and short rows are skipped. Numbers in errors are row numbers (the header is row 1),
+    except for malformed CSV (an unterminated quote, text after a closing quote, a line
+    over :data:`MAX_CSV_LINE_CHARS`), which names the line where the bad row starts."""
     text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    reader = csv.reader(text)
-    header = next(reader, None)
+    reader = csv.reader(_bounded_lines(text, where), strict=True)
+    header = _next_row(reader, where)
     if header is None:
         return
     if column not in header:
         raise InputError(f"{where}: no column {column!r}; columns are {', '.join(header)}")
     index = header.index(column)
     row_no = 2
-    while rows := list(islice(reader, CSV_BATCH_ROWS)):
+    while rows := _csv_rows(reader, where, CSV_BATCH_ROWS):
         fields = [row[index].encode("utf-8") if index < len(row) else b"" for row in rows]
         yield convert_fields(fields, key_type, where, row_no)
         row_no += len(rows)
+
+
+def _bounded_lines(text: io.TextIOWrapper, where: str) -> Iterator[str]:
+    """The physical lines of ``text``; InputError for one over MAX_CSV_LINE_CHARS, read
+    no further than the limit."""
+    size = MAX_CSV_LINE_CHARS + 2  # room for "\r\n"
+    line_no = 0
+    while line := text.readline(size):
+        line_no += 1
+        if len(line) == size and not line.endswith("\n"):
+            raise InputError(f"cannot read {where}: line {line_no} is longer than "
+                             f"{MAX_CSV_LINE_CHARS:,} characters")
+        yield line
+
+
+def _next_row(reader: _CsvReader, where: str) -> list[str] | None:
+    rows = _csv_rows(reader, where, 1)
+    return rows[0] if rows else None
+
+
+def _csv_rows(reader: _CsvReader, where: str, count: int) -> list[list[str]]:
+    """Up to ``count`` more rows; malformed CSV is an InputError naming the line where the
+    bad row starts."""
+    rows: list[list[str]] = []
+    append = rows.append
+    done = reader.line_num  # the line the last good row ended on
+    try:
+        for row in islice(reader, count):
+            append(row)
+            done = reader.line_num
+    except csv.Error as exc:
+        if str(exc) == "unexpected end of data":
+            problem = "has a quoted field that never ends (a \" without its closing \")"
+        else:
+            problem = f"is malformed: {exc}"
+        raise InputError(f"cannot read {where}: the CSV row starting on line {done + 1} "
+                         f"{problem}") from None
+    return rows

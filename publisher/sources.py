@@ -7,7 +7,8 @@ name:
 
 - ``PAR1``: Parquet; keys are one column's values (:mod:`.source_parquet`);
 - gzip or zstd magic: compressed text, decompressed on the fly;
-- anything else: plain text.
+- anything else: plain text (but an input named .gz or .zst that is too short to hold
+  its format's marker is an error: a cut-off file, not a key).
 
 Text is read as one key per line (line endings stripped, blank lines skipped), or as one
 CSV column chosen by header name (:mod:`.source_text`). Memory stays bounded: inputs are
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +48,14 @@ from .source_inputs import (
 )
 from .source_keys import KeyBatch, KeyType, batch_keys, convert_fields, convert_key
 from .source_parquet import PARQUET_MAGIC, ParquetInput
-from .source_text import csv_batches, decompressing, line_batches, range_chunks, read_chunks
+from .source_text import (
+    check_named_format,
+    csv_batches,
+    decompressing,
+    line_batches,
+    range_chunks,
+    read_chunks,
+)
 
 __all__ = [
     "InputRef",
@@ -67,8 +76,16 @@ __all__ = [
     "resolve_inputs",
 ]
 
-_READ_ERRORS = (OSError, EOFError, UnicodeDecodeError, csv.Error, zstandard.ZstdError)
-"""Failures of a stream half-way through; reported as InputError naming the input."""
+_READ_ERRORS = (
+    OSError,  # also gzip.BadGzipFile (bad header or CRC)
+    EOFError,  # gzip data cut short
+    zlib.error,  # corrupt deflate data inside a gzip member
+    zstandard.ZstdError,  # corrupt or truncated zstd data
+    UnicodeDecodeError,
+    csv.Error,
+)
+"""Failures of a stream half-way through; reported as InputError naming the input. Every
+decompressor :func:`~.source_text.decompressing` uses must have its errors here."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +180,7 @@ def _input_batches(part: Partition, spec: SourceSpec, where: str) -> Iterator[Ke
                 f"{where} is not a Parquet file (it does not start with PAR1); "
                 "--parquet-column reads Parquet inputs only"
             )
+        check_named_format(str(part.source), magic)
         text = stack.enter_context(decompressing(stream, magic))
         if spec.csv_column is not None:
             yield from csv_batches(text, spec.csv_column, spec.key_type, where)
