@@ -24,7 +24,11 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PRIVATE_CONTROL_FLOW = {"bloomswarm.agent.direct._Stopped", "bloomswarm.publisher.watch._PublishInterrupted"}
+PRIVATE_CONTROL_FLOW = {
+    "bloomswarm.agent.direct._Stopped",
+    "bloomswarm.publisher.source_text._LongLine",
+    "bloomswarm.publisher.watch._PublishInterrupted",
+}
 """Exceptions that never leave their module (see the errors module's docstring)."""
 
 
