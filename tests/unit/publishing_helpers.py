@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
 import libtorrent as lt
+import pytest
 
 from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.builder import FilterBuilder
@@ -18,6 +20,21 @@ from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, p
 from bloomswarm.common.storage import ObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.versions import read_manifest, read_verified_manifest
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No configuration from the machine (no BLOOMSWARM_* or AWS_* settings, no AWS config
+    files, no instance metadata) and fake credentials, for moto and for CLI runs."""
+    for name in list(os.environ):
+        if name.startswith(("BLOOMSWARM_", "AWS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 def new_key() -> SigningKey:

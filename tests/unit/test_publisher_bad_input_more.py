@@ -24,7 +24,10 @@ from bloomswarm.main import main
 from bloomswarm.publisher.config import DeltaConfig, PublisherConfig
 from bloomswarm.publisher.publish import PublishResult, publish_filter
 from bloomswarm.publisher.versions import scan_versions
+from tests.unit import publishing_helpers
 from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key
+
+clean_env = publishing_helpers.clean_env  # a fixture
 
 KEY = new_key()
 CONFIG = make_config()
@@ -36,19 +39,6 @@ def _publish(store: MemoryObjectStore, keys: list[str], config: PublisherConfig 
                           progress=False, force=force)
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No configuration from the machine: no config file, no BLOOMSWARM_* settings."""
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("BLOOMSWARM_", "AWS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 # --- 1. stray version folders and the last version number ---------------------------------

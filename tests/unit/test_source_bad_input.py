@@ -9,7 +9,6 @@ import csv
 import gzip
 import io
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +31,9 @@ from bloomswarm.publisher.sources import (
     iter_keys,
     iter_partition_batches,
 )
+from tests.unit import publishing_helpers
+
+clean_env = publishing_helpers.clean_env  # a fixture
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -53,18 +55,6 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str],
     return code, err.splitlines()
 
 
-@pytest.fixture
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No configuration from the machine; fake credentials for moto."""
-    for name in list(os.environ):
-        if name.startswith(("BLOOMSWARM_", "AWS_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @pytest.fixture

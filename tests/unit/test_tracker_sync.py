@@ -24,7 +24,10 @@ from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
 from bloomswarm.sandbox.tracker import announce_path
+from tests.unit import publishing_helpers
 from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key
+
+clean_env = publishing_helpers.clean_env  # a fixture
 
 KEY = new_key()
 CONFIG = make_config()
@@ -198,6 +201,7 @@ def test_the_whitelist_probe_percent_encodes_every_byte_of_the_hash() -> None:
     assert announce_path(info_hash, stopped=True) == path + "&event=stopped"
 
 
+@pytest.mark.usefixtures("clean_env")
 def test_tracker_sync_trusts_the_signing_key_during_a_rotation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -207,9 +211,6 @@ def test_tracker_sync_trusts_the_signing_key_during_a_rotation(
     from bloomswarm.common.signing import load_private_key
     from bloomswarm.main import main
 
-    for name in list(os.environ):
-        if name.startswith(("BLOOMSWARM_", "AWS_")):
-            monkeypatch.delenv(name)
     old_key, new_key_file = tmp_path / "old.key", tmp_path / "new.key"
     assert main(["-q", "keygen", str(old_key)]) == 0 and main(["-q", "keygen", str(new_key_file)]) == 0
     store = MemoryObjectStore()
