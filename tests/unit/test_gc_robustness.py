@@ -221,10 +221,7 @@ def test_only_canonical_version_dirs_are_deleted(
 
 def _through_v2(tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin,
                 daemons: list[AgentDaemon]) -> Path:
-    publish(store, ["a"])
-    daemon = make_daemon(agent_config(tmp_path), origin)
-    daemons.append(daemon)
-    run_until(daemon, lambda: installed(daemon, 1))
+    daemon = _agent_on_v1(tmp_path, store, origin, daemons)
     publish(store, ["a", "b"])
     run_until(daemon, lambda: installed(daemon, 2))
     daemon.shutdown()
