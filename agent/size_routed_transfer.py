@@ -6,9 +6,10 @@ peers are given the first chance. For a file of a few hundred KiB that wait is t
 rollout, and what P2P saves the origin is a few hundred KiB per agent.
 :class:`SizeRoutedTransfer` therefore fetches a filter file of at most
 ``swarm.direct_max_bytes`` with a plain HTTP GET from the origin (or CDN), and
-everything else (larger files, and every delta, whatever its size: a delta's base
-decides the swarm it joins) through the swarm. docs/benchmarks/many_filters.md measures
-the choice.
+everything else through the swarm. A delta is routed by its own size the same way: a
+small filter's delta (a few KiB) through the swarm took twice as long as its whole file
+fetched directly (docs/benchmarks/delta-rollout.md). docs/benchmarks/many_filters.md
+measures the choice.
 
 A key's route is decided once, when it starts (from the size its torrent states), and
 kept until it is removed; a file fetched directly is not seeded (the direct transfer
@@ -25,7 +26,6 @@ from .transfer import (
     Transfer,
     TransferKey,
     TransferStatus,
-    key_base,
     key_order,
 )
 from .verify import CheckFailed, read_torrent
@@ -51,10 +51,10 @@ class SizeRoutedTransfer:
         at every file the direct transfer holds (an agent of many filters holds hundreds)."""
 
     def route(self, key: TransferKey, torrent: bytes) -> Transfer:
-        """The transfer ``key`` goes to: the direct one for a filter file (not a delta) whose
-        torrent states at most ``max_direct`` bytes; the swarm otherwise (a torrent that
-        does not parse too: the swarm reports it)."""
-        if self.max_direct == 0 or key_base(key) is not None:
+        """The transfer ``key`` goes to: the direct one for a file (a filter file or a
+        delta) whose torrent states at most ``max_direct`` bytes; the swarm otherwise (a
+        torrent that does not parse too: the swarm reports it)."""
+        if self.max_direct == 0:
             return self.swarm
         try:
             size = read_torrent(torrent).total_size

@@ -122,16 +122,17 @@ def test_small_files_go_direct_and_large_ones_to_the_swarm(
     assert swarm.versions() == []
 
 
-def test_deltas_and_downloads_without_an_origin_always_use_the_swarm(
+def test_deltas_are_routed_by_their_own_size_and_downloads_without_an_origin_use_the_swarm(
     store: MemoryObjectStore, origin: MemoryOrigin, tmp_path: Path
 ) -> None:
     manifest = publish(store, ["s"], capacity=100)
     torrent = _torrent(store, manifest)
     swarm, direct = MemoryTransfer(origin), MemoryTransfer(origin)
-    routed = SizeRoutedTransfer(swarm, direct, max_direct=1 << 30)
+    routed = SizeRoutedTransfer(swarm, direct, max_direct=manifest.size)
     routed.start_download(DeltaKey(2, 1), torrent, tmp_path / "d", origin.url_factory(manifest.filter_key))
     routed.start_download(3, torrent, tmp_path / "3", None)
-    assert swarm.versions() == [DeltaKey(2, 1), 3] and direct.versions() == []
+    assert direct.versions() == [DeltaKey(2, 1)] and swarm.versions() == [3]
+    assert SizeRoutedTransfer(swarm, direct, manifest.size - 1).route(DeltaKey(4, 3), torrent) is swarm
     assert routed.route(4, b"not a torrent") is swarm
     assert SizeRoutedTransfer(swarm, direct, 0).route(5, torrent) is swarm
     with pytest.raises(ValueError):
