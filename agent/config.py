@@ -76,6 +76,12 @@ LIBTORRENT_INT = "libtorrent takes a 32-bit int"
 """Why an integer that goes into libtorrent is at most :data:`INT32_MAX`."""
 ONE_DAY = "1 day"
 """The longest timeout or interval (:data:`MAX_TIMEOUT_S`, :data:`MAX_INTERVAL_S`), in words."""
+MIN_CHUNK_SIZE = 4 * KIB
+"""Smallest ``direct.chunk_size``."""
+MAX_CHUNK_SIZE = 64 * MIB
+"""Largest ``direct.chunk_size``: every running download holds a buffer this large."""
+MAX_DIRECT_CONCURRENCY = 1024
+"""Most ``direct.concurrency``: each download runs on a thread of its own."""
 TransferKind = Literal["swarm", "direct"]
 
 
@@ -379,23 +385,32 @@ class DirectConfig:
     """The plain-HTTP transfer (``transfer = "direct"``): no peers, the file from the origin."""
 
     chunk_size: int = 1 * MIB
-    """Bytes read and written at a time."""
+    """Bytes read and written at a time: 4 KiB .. 64 MiB."""
     timeout_s: float = 30.0
     """Seconds to wait for a connection or a response byte."""
     rate_limit_bytes_per_s: int = 0
     """Download rate cap; 0 for none."""
     concurrency: int = 8
-    """Downloads running at once; the others wait their turn (an agent of many small
-    filters fetches them all at once when they are published together)."""
+    """Downloads running at once (1..1024); the others wait their turn (an agent of many
+    small filters fetches them all at once when they are published together)."""
 
     def __post_init__(self) -> None:
-        if self.chunk_size < 4096 or self.timeout_s <= 0 or self.rate_limit_bytes_per_s < 0:
-            raise ConfigError(
-                "direct.chunk_size must be >= 4096, timeout_s positive, rate_limit >= 0"
-            )
+        # Each setting is checked on its own, so that the message names the one refused.
+        if isinstance(self.chunk_size, bool) or self.chunk_size < MIN_CHUNK_SIZE:
+            raise ConfigError(f"direct.chunk_size must be at least {MIN_CHUNK_SIZE}, "
+                              f"got {self.chunk_size!r}")
+        check_at_most("direct.chunk_size", self.chunk_size, MAX_CHUNK_SIZE,
+                      "64 MiB, read into memory at once per download")
+        if not self.timeout_s > 0:
+            raise ConfigError(f"direct.timeout_s must be positive, got {self.timeout_s!r}")
+        check_at_most("direct.timeout_s", self.timeout_s, MAX_TIMEOUT_S, ONE_DAY)
+        if isinstance(self.rate_limit_bytes_per_s, bool) or self.rate_limit_bytes_per_s < 0:
+            raise ConfigError(f"direct.rate_limit_bytes_per_s must be 0 (no limit) or positive, "
+                              f"got {self.rate_limit_bytes_per_s!r}")
         if isinstance(self.concurrency, bool) or self.concurrency < 1:
             raise ConfigError(f"direct.concurrency must be at least 1, got {self.concurrency!r}")
-        check_at_most("direct.timeout_s", self.timeout_s, MAX_TIMEOUT_S, ONE_DAY)
+        check_at_most("direct.concurrency", self.concurrency, MAX_DIRECT_CONCURRENCY,
+                      "one thread per download")
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,19 @@ def bit_indexes(key: Key, params: FilterParams) -> list[int]:
     return standard_bit_indexes(h, params.num_bits, params.num_probes)
 
 
+class _ClosedBits:
+    """Stands in for the bits of a released test: every lookup raises ValueError."""
+
+    __slots__ = ()
+
+    def __getitem__(self, index: object) -> bool:
+        raise ValueError("filter is closed")
+
+
+CLOSED_BITS = _ClosedBits()
+"""What a released test (see :func:`make_contains`) reads instead of the filter's bits."""
+
+
 def make_contains(
     bits: bitarray, params: FilterParams
 ) -> tuple[Callable[[Key], bool], Callable[[], None]]:
@@ -55,19 +68,28 @@ def make_contains(
     are small ints and cost a third of a 128-bit int operation, and an absent key returns
     at its first unset bit.
 
-    Returns the test and its ``release``, which drops the test's reference to ``bits`` (a
-    later call of the test fails): the generated test and its namespace refer to each
-    other, so without it ``bits``, and the buffer it exports, would live until the next
-    garbage collection.
+    Returns the test and its ``release``, which drops the test's reference to ``bits``: a
+    later call of the test, or one under way in another thread, raises ValueError
+    "filter is closed" (the C engine's error for a closed filter). The generated test
+    and its namespace refer to each other, so without it ``bits``, and the buffer it
+    exports, would live until the next garbage collection.
     """
     seed, k = params.hash_seed, params.num_probes
     if params.layout == Layout.BLOCKED:
-        namespace = {
+        namespace: dict[str, object] = {
             "bits": bits, "nb": params.num_blocks, "seed": seed,
             "hash128": mmh3.mmh3_x64_128_uintdigest, "encode_key": encode_key,
         }
         exec(_blocked_contains_source(k), namespace)
-        return cast("Callable[[Key], bool]", namespace["contains"]), namespace.clear
+        contains = cast("Callable[[Key], bool]", namespace["contains"])
+
+        def release_blocked() -> None:
+            # The test keeps its namespace (its globals) but the namespace no longer holds
+            # the test, which breaks the cycle; a lookup then reads the closed stand-in.
+            namespace["bits"] = CLOSED_BITS
+            namespace.pop("contains", None)
+
+        return contains, release_blocked
 
     hash128 = mmh3.mmh3_x64_128_uintdigest
     m = params.num_bits
@@ -85,7 +107,7 @@ def make_contains(
     def release() -> None:
         for cell in contains_standard.__closure__ or ():
             if cell.cell_contents is bits:
-                cell.cell_contents = None
+                cell.cell_contents = CLOSED_BITS
 
     return contains_standard, release
 

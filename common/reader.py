@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,11 @@ from .probing import make_contains
 _PARALLEL_MIN_KEYS = 1 << 16
 """Below this many keys a batch runs in the calling thread whatever ``threads`` says."""
 
+_NO_BODY: npt.NDArray[np.uint8] = np.zeros(0, dtype=np.uint8)
+"""The body of a closed filter: :meth:`Filter._body` raises ValueError when it finds it."""
+_CLOSE_LOCK = threading.Lock()
+"""Makes two :meth:`Filter.close` calls from different threads one close."""
+
 
 class Filter:
     """A filter file mapped read-only. Use :meth:`open`; ``key in f`` tests membership.
@@ -40,6 +46,12 @@ class Filter:
     Lookups are thread-safe. Do not :meth:`close` a filter that other threads are still
     using: drop the reference instead, and the mapping is released when the last user
     is done (this is what :class:`~bloomswarm.common.live.LiveFilter` does on a swap).
+
+    After :meth:`close`, every query (``in``, :meth:`contains_many`, :meth:`fill_ratio`,
+    :meth:`expected_fpp`) raises ``ValueError("filter is closed")``, with either engine.
+    A query that another thread is running when the filter is closed either finishes
+    with the right answer (the mapping then stays until it returns) or raises that same
+    ValueError; it never reads freed memory or fails with another error.
     """
 
     path: Path
@@ -107,7 +119,8 @@ class Filter:
 
         ``keys`` is a 1-D uint64/int64 numpy array (the fastest form) or an iterable of
         bytes / str / int keys. ``threads > 1`` splits a large array across that many
-        threads (the C path runs without the GIL, so they use separate cores).
+        threads (the C path runs without the GIL, so they use separate cores). Raises
+        ValueError "filter is closed" once the filter is closed (see the class docstring).
         """
         self._check_open()
         if isinstance(keys, np.ndarray):
@@ -118,13 +131,18 @@ class Filter:
         seq = keys if isinstance(keys, list) else list(keys)
         return self._contains_sequence(seq)
 
+    def _batch_runner(self) -> Callable[[batch.U64Array], npt.NDArray[np.bool_]]:
+        """What each thread of a parallel batch runs on its share of the keys."""
+        return self._contains_array
+
     def _contains_array_parallel(self, keys: batch.U64Array, threads: int) -> npt.NDArray[np.bool_]:
         out = np.empty(len(keys), dtype=np.bool_)
         bounds = np.linspace(0, len(keys), threads + 1, dtype=np.int64)
+        contains = self._batch_runner()
 
         def run(i: int) -> None:
             lo, hi = int(bounds[i]), int(bounds[i + 1])
-            out[lo:hi] = self._contains_array(keys[lo:hi])
+            out[lo:hi] = contains(keys[lo:hi])
 
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="bloomswarm-batch") as pool:
             list(pool.map(run, range(threads)))
@@ -147,8 +165,7 @@ class Filter:
 
     def fill_ratio(self) -> float:
         """Fraction of the bits that are set (reads the whole body)."""
-        self._check_open()
-        ones = int(np.bitwise_count(self._body_u8).sum(dtype=np.uint64))
+        ones = int(np.bitwise_count(self._body()).sum(dtype=np.uint64))
         return ones / self.params.num_bits
 
     def expected_fpp(self) -> float:
@@ -157,11 +174,12 @@ class Filter:
         Blocked: the mean over blocks of (bits set in the block / 512)^k; standard:
         (fill ratio)^k. Reads the whole body.
         """
-        self._check_open()
+        body = self._body()  # held for the whole computation: a close() meanwhile cannot empty it
         k = self.params.num_probes
         if self.params.layout == Layout.STANDARD:
-            return self.fill_ratio() ** k
-        blocks = self._body_u8.reshape(-1, 64)
+            ones = int(np.bitwise_count(body).sum(dtype=np.uint64))
+            return float((ones / self.params.num_bits) ** k)
+        blocks = body.reshape(-1, 64)
         total = 0.0
         step = 1 << 16
         for start in range(0, len(blocks), step):
@@ -177,22 +195,32 @@ class Filter:
         return self._mm is None
 
     def close(self) -> None:
-        """Release the mapping now (idempotent). Later lookups raise ValueError."""
-        if self._mm is None:
-            return
-        self._unbind_engine()
-        self._body_u8 = np.zeros(0, dtype=np.uint8)
-        if self._view is not None:
-            with contextlib.suppress(BufferError):
-                self._view.release()
+        """Release the mapping now (idempotent). Later lookups raise ValueError "filter is
+        closed"; the mapping outlives this call while a query under way still uses it."""
+        with _CLOSE_LOCK:
+            mm, view = self._mm, self._view
+            if mm is None:
+                return
+            self._body_u8 = _NO_BODY  # first: a query from now on raises ValueError
+            self._unbind_engine()
+            self._mm = None
+            self._view = None
+        if view is not None:
+            with contextlib.suppress(BufferError):  # a batch under way still holds the body
+                view.release()
         with contextlib.suppress(BufferError):
-            self._mm.close()
-        self._mm = None
-        self._view = None
+            mm.close()
 
     def _check_open(self) -> None:
-        if self._mm is None:
+        if self._mm is None or self._body_u8 is _NO_BODY:
             raise ValueError("filter is closed")
+
+    def _body(self) -> npt.NDArray[np.uint8]:
+        """The body as uint8, for a query to hold while it runs; ValueError once closed."""
+        body = self._body_u8
+        if body is _NO_BODY:
+            raise ValueError("filter is closed")
+        return body
 
     def __enter__(self) -> Filter:
         return self
@@ -252,7 +280,13 @@ class _PyFilter(Filter):
         return self._contains(key)
 
     def _contains_array(self, keys: batch.U64Array) -> npt.NDArray[np.bool_]:
-        return batch.contains_u64(self._body_u8, keys, self.params)
+        return batch.contains_u64(self._body(), keys, self.params)
+
+    def _batch_runner(self) -> Callable[[batch.U64Array], npt.NDArray[np.bool_]]:
+        # The body is taken once for the whole batch, as the C engine holds its buffer: a
+        # close() while the threads run cannot leave some of them an empty body.
+        body, params = self._body(), self.params
+        return lambda keys: batch.contains_u64(body, keys, params)
 
     def _contains_sequence(self, keys: list[Key]) -> npt.NDArray[np.bool_]:
         contains = self._contains

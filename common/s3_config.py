@@ -12,6 +12,10 @@ from .object_store import DEFAULT_PART_SIZE, MAX_PART_SIZE, MIN_PART_SIZE
 from .settings import MAX_TIMEOUT_S, check_at_most, check_http_url
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+MAX_ATTEMPTS = 100
+"""Most ``max_attempts`` and ``part_attempts``: attempts per request or part, first included."""
+MAX_POOL_CONNECTIONS = 1024
+"""Most ``max_pool_connections``."""
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -65,18 +69,18 @@ class S3Config:
     read_timeout_s: float = 60.0
     """Seconds to wait for a response byte."""
     max_attempts: int = 3
-    """Attempts per request, first included (botocore "standard" retry mode)."""
+    """Attempts per request, first included (botocore "standard" retry mode): 1..100."""
     part_size: int = DEFAULT_PART_SIZE
     """Multipart part size in bytes; files up to this size go in one PUT."""
     part_attempts: int = 3
-    """Attempts per multipart part on top of botocore's own retries."""
+    """Attempts per multipart part on top of botocore's own retries: 1..100."""
     checksum_sha256: bool = True
     """Send SHA-256 checksums with uploads; turn off for stores that reject them, which also
     stops botocore's default CRC checksums."""
     public_base_url: str | None = None
     """Base URL of a CDN or public endpoint serving the prefix, for :meth:`public_url`."""
     max_pool_connections: int = 16
-    """HTTP connections kept per client (concurrent requests)."""
+    """HTTP connections kept per client (concurrent requests): 1..1024."""
 
     def __post_init__(self) -> None:
         if not _BUCKET_RE.match(self.bucket) or ".." in self.bucket:
@@ -94,6 +98,15 @@ class S3Config:
             )
         if self.max_attempts < 1 or self.part_attempts < 1:
             raise ConfigError("S3 max_attempts and part_attempts must be at least 1")
+        for name in ("max_attempts", "part_attempts"):
+            check_at_most(f"S3 {name}", getattr(self, name), MAX_ATTEMPTS,
+                          "each retry waits, so more would hang on a failing store")
+        if self.max_pool_connections < 1:
+            raise ConfigError(
+                f"S3 max_pool_connections must be at least 1, got {self.max_pool_connections!r}"
+            )
+        check_at_most("S3 max_pool_connections", self.max_pool_connections,
+                      MAX_POOL_CONNECTIONS, "one socket each")
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ConfigError("S3 timeouts must be positive")
         check_at_most("S3 connect_timeout_s", self.connect_timeout_s, MAX_TIMEOUT_S, "1 day")

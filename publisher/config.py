@@ -44,6 +44,7 @@ the same way in every table.
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 from bloomswarm.common.params import Layout
 from bloomswarm.common.s3_config import check_utf8
-from bloomswarm.common.settings import SettingsLoader
+from bloomswarm.common.settings import MAX_INTERVAL_S, SettingsLoader, check_at_most
 from bloomswarm.common.storage import S3Config
 
 from .sources import KeyType
@@ -65,6 +66,8 @@ TorrentFormat = Literal["v1", "hybrid"]
 """The torrent the publisher makes: "v1" (SHA-1 pieces, one info-hash; every client reads
 it) or "hybrid" (v1 plus v2 SHA-256 merkle trees, two info-hashes)."""
 _TRACKER_SCHEMES = ("http://", "https://", "udp://")
+ONE_DAY = "1 day"
+"""The longest interval (:data:`MAX_INTERVAL_S`), in words, as the agent says it."""
 
 
 @dataclass(frozen=True)
@@ -154,11 +157,12 @@ class TrackerConfig:
     pid_file: Path | None = None
     """File holding the tracker's PID, to send it SIGHUP after a change."""
     interval_s: float = 30.0
-    """Seconds between two syncs in ``tracker-sync --watch``."""
+    """Seconds between two syncs in ``tracker-sync --watch``: more than 0, at most a day."""
 
     def __post_init__(self) -> None:
-        if self.interval_s <= 0:
+        if not self.interval_s > 0:  # NaN too: the loader refuses it, a direct caller may not
             raise ConfigError(f"tracker.interval_s must be positive, got {self.interval_s}")
+        check_at_most("tracker.interval_s", self.interval_s, MAX_INTERVAL_S, ONE_DAY)
 
 
 @dataclass(frozen=True)
@@ -178,7 +182,8 @@ class PublisherConfig:
     """Retention keeps this many newest complete versions (plus latest and a pinned one)."""
     orphan_grace_s: float = 6 * 3600.0
     """Age after which objects of unfinished publish attempts are garbage. Must exceed the
-    longest publish (upload time), or retention may delete a running publisher's upload."""
+    longest publish (upload time), or retention may delete a running publisher's upload.
+    Any finite number of seconds >= 0 (it may well exceed a day)."""
     trackers: tuple[str, ...] = ()
     """Announce URLs put into every torrent (one tier; http, https or udp)."""
     piece_size: int | None = None
@@ -197,7 +202,8 @@ class PublisherConfig:
     work_dir: Path | None = None
     """Where the filter file is written before upload; None uses the system temp dir."""
     watch_debounce_s: float = 5.0
-    """``publish --watch``: seconds of quiet after the last change before publishing."""
+    """``publish --watch``: seconds of quiet after the last change before publishing; 0 .. a
+    day (a longer wait would never publish a directory that changes daily)."""
     build: BuildDefaults = field(default_factory=BuildDefaults)
     """Build defaults (``[build]`` table)."""
     sizing: SizingConfig = field(default_factory=SizingConfig)
@@ -213,8 +219,13 @@ class PublisherConfig:
         check_utf8(self.publisher_id, "publisher_id")  # signed into manifests: refused before any upload
         if self.keep_versions < 1:
             raise ConfigError(f"keep_versions must be at least 1, got {self.keep_versions}")
-        if self.orphan_grace_s < 0 or self.watch_debounce_s < 0:
-            raise ConfigError("orphan_grace_s and watch_debounce_s must not be negative")
+        for name in ("orphan_grace_s", "watch_debounce_s"):
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value!r}")
+            if value < 0:
+                raise ConfigError(f"{name} must not be negative, got {value!r}")
+        check_at_most("watch_debounce_s", self.watch_debounce_s, MAX_INTERVAL_S, ONE_DAY)
         if self.piece_size is not None and (
             self.piece_size < MIN_PIECE_SIZE or self.piece_size & (self.piece_size - 1)
         ):

@@ -15,7 +15,7 @@ import functools
 import glob
 import io
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -76,8 +76,12 @@ def expand_paths(patterns: Sequence[str]) -> list[Path]:
 def resolve_inputs(patterns: Sequence[str], s3_config: S3Config | None = None) -> list[InputRef]:
     """Resolve local patterns and ``s3://bucket/prefix`` URLs to input references.
 
-    A local pattern is a file, a directory (its regular files, sorted) or a glob; a path
+    A local pattern is a file, a directory (its regular files, sorted; a directory
+    without any is an InputError, not an input that adds no keys) or a glob; a path
     that exists is taken literally even when it holds glob characters (``keys[1].txt``).
+    ``**`` matches any depth of directories, hidden ones excepted, and follows a
+    symlinked directory only to a directory that walk has not visited yet: a symlink
+    loop (``d/up -> ..``) or a second link to the same directory is not read again.
     An S3 URL stands for every object under the prefix taken as a folder, sorted by key
     (folder markers, the zero-byte ``dir/`` objects the S3 console makes, are skipped),
     or for the one object it names.
@@ -100,15 +104,97 @@ def resolve_inputs(patterns: Sequence[str], s3_config: S3Config | None = None) -
 def _expand_local(pattern: str) -> list[Path]:
     # An existing path is literal first: a file may be named "keys[1].txt".
     if os.path.isdir(pattern):
-        return sorted(p for p in Path(pattern).iterdir() if p.is_file())
+        files = sorted(p for p in Path(pattern).iterdir() if p.is_file())
+        if not files:  # an input that adds nothing is a mistake, not an empty data set
+            raise InputError(f"no input files in directory {pattern} "
+                             "(it holds no regular files; subdirectories are not read)")
+        return files
     if os.path.exists(pattern):
         return [Path(pattern)]
     if glob.has_magic(pattern):
-        matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True))
+        matches = sorted({Path(p) for p in _glob(pattern)})
         if not matches:
             raise InputError(f"no files match {pattern}")
         return [p for p in matches if p.is_file()]
     raise InputError(f"input not found: {pattern}")
+
+
+_RECURSIVE = "**"
+"""A path component that matches any depth of directories (``glob``'s ``recursive=True``)."""
+
+
+def _glob(pattern: str) -> Iterator[str]:
+    """``glob.iglob(pattern, recursive=True)``, except that ``**`` walks each directory
+    once: a symlinked directory is followed only to a directory this walk has not seen
+    (by device and inode), so a symlink loop ends instead of recursing until the path is
+    too long (2**40 paths for two looping links)."""
+    parts = pattern.split("/")
+    if _RECURSIVE not in parts:
+        yield from glob.iglob(pattern)
+        return
+    at = parts.index(_RECURSIVE)
+    head, rest = "/".join(parts[:at]), parts[at + 1:]
+    if at > 0 and not head:  # "/**/...": the root
+        head = "/"
+    bases = (glob.iglob(head) if glob.has_magic(head) else iter([head])) if head else iter([""])
+    for base in bases:
+        if base and not os.path.isdir(base):
+            continue
+        for directory in _walk_once(base):
+            if not rest:  # "DIR/**": everything under it
+                yield from (os.path.join(directory, name) for name in _visible(directory))
+            elif rest == [""]:  # "DIR/**/": directories only
+                yield os.path.join(directory, "")
+            else:
+                yield from _glob(os.path.join(glob.escape(directory), *rest))
+
+
+def _walk_once(base: str) -> Iterator[str]:
+    """``base`` ("" for the working directory) and the non-hidden directories under it,
+    top down, each (device, inode) once: symlinked directories are followed unless the
+    walk already went through the directory they point to, or it holds ``base`` (an
+    ancestor: following it would come back here)."""
+    seen = _ancestors(os.path.realpath(base or os.curdir))
+    for path, subdirs, _files in os.walk(base or os.curdir, followlinks=True):
+        try:
+            stat = os.stat(path)
+        except OSError:  # vanished, or a dangling link: glob skips it as well
+            subdirs.clear()
+            continue
+        if (stat.st_dev, stat.st_ino) in seen:
+            subdirs.clear()
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        subdirs[:] = sorted(name for name in subdirs if not name.startswith("."))
+        if base:
+            yield path
+        else:  # "." -> "", "./sub" -> "sub": the paths glob makes of a relative pattern
+            relative = os.path.relpath(path)
+            yield "" if relative == os.curdir else relative
+
+
+def _ancestors(path: str) -> set[tuple[int, int]]:
+    """(device, inode) of every directory above the absolute ``path``, up to the root."""
+    found: set[tuple[int, int]] = set()
+    parent = os.path.dirname(path)
+    while True:
+        try:
+            stat = os.stat(parent)
+        except OSError:  # an unreadable ancestor: a link to it is simply followed
+            pass
+        else:
+            found.add((stat.st_dev, stat.st_ino))
+        if os.path.dirname(parent) == parent:
+            return found
+        parent = os.path.dirname(parent)
+
+
+def _visible(directory: str) -> list[str]:
+    """Names in ``directory`` that ``**`` matches: all but hidden ones."""
+    try:
+        return sorted(name for name in os.listdir(directory or os.curdir) if not name.startswith("."))
+    except OSError:
+        return []
 
 
 def s3_config_for(url: str, template: S3Config | None = None) -> S3Config:
