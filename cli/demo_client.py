@@ -4,9 +4,11 @@ versions are swapped under it.
 
 It looks up keys held by every version of the run in batches (``contains_many``) and
 checks every answer: a key reported absent is a false negative, an exception is an error;
-both must stay 0. A batch of keys held by no version is looked up now and then to measure
-the false-positive rate. Until the first version is installed it waits (not an error).
-Reports go to the parent through a pipe about twice a second, and once more at the end.
+both must stay 0. Now and then a batch of keys held by no version is looked up to measure
+the false-positive rate, a fresh batch each time (:class:`_AbsentKeys`), so that
+``absent_lookups`` counts distinct keys, each queried once. Until the first version is
+installed it waits (not an error). Reports go to the parent through a pipe about twice a
+second, and once more at the end.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from .demo_data import KeyPlan
+import numpy as np
+
+from .demo_data import ABSENT_BASE, KeyPlan, U64Array
 
 BATCH = 4096
 """Keys per ``contains_many`` call."""
 SAMPLE = 1 << 20
 """Distinct present keys the client cycles through."""
 ABSENT_EVERY = 16
-"""One batch of absent keys after this many batches of present keys."""
+"""One batch of (fresh) absent keys after this many batches of present keys."""
 REPORT_INTERVAL_S = 0.5
 STOP = "stop"
 
@@ -49,6 +53,7 @@ class ClientReport:
     errors: int
     false_negatives: int
     absent_lookups: int
+    """Distinct keys held by no version looked up (each once)."""
     false_positives: int
     swaps: int
     """Versions swapped in, the first one included."""
@@ -69,7 +74,7 @@ def client_main(directory: str, keys: int, rounds: int, conn: Connection, filter
     from bloomswarm.common.live import LiveFilter
 
     plan = KeyPlan(keys, rounds)
-    present, absent = plan.common_sample(SAMPLE), KeyPlan.absent_sample(BATCH)
+    present, absent = plan.common_sample(SAMPLE), _AbsentKeys(BATCH)
     batches = [present[i:i + BATCH] for i in range(0, len(present), BATCH)]
     counters = _Counters(os.getpid())
     parent = os.getppid()
@@ -89,7 +94,7 @@ def client_main(directory: str, keys: int, rounds: int, conn: Connection, filter
             counters.started(now)
             counters.look_up(live, batches[batch_index])
             if batch_index % ABSENT_EVERY == 0:
-                counters.look_up_absent(live, absent)
+                counters.look_up_absent(live, absent.next_batch())
         with contextlib.suppress(OSError):
             conn.send(counters.report(live.version, time.monotonic(), final=True))
     finally:
@@ -100,6 +105,24 @@ def client_main(directory: str, keys: int, rounds: int, conn: Connection, filter
 def _cycle(count: int) -> Iterator[int]:
     while True:
         yield from range(count)
+
+
+class _AbsentKeys:
+    """Keys held by no version, ``size`` new ones per batch: batch ``n`` is the consecutive
+    keys from ``ABSENT_BASE + n * size``. Filled into one reused array (an addition, no
+    allocation), so a fresh batch costs next to nothing beside its lookups."""
+
+    def __init__(self, size: int) -> None:
+        self._offsets = np.arange(size, dtype=np.uint64)
+        self._keys = np.empty(size, dtype=np.uint64)
+        self._start = ABSENT_BASE
+
+    def next_batch(self) -> U64Array:
+        """The next ``size`` keys, none returned before (the array is reused: valid until
+        the next call)."""
+        np.add(self._offsets, np.uint64(self._start), out=self._keys)
+        self._start += len(self._keys)
+        return self._keys
 
 
 class _Counters:

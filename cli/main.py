@@ -5,7 +5,9 @@ Every failure is one line on stderr and a non-zero exit code, never a traceback
 and ``OSError`` are the user's to fix: exit code 1 for a failure while running, 2 for a
 command line that does not parse. Any other exception is a bug: the line says "internal
 error", names the exception and exits 70; ``--debug`` (or ``BLOOMSWARM_DEBUG=1``) prints the
-traceback above that line, for every error.
+traceback above that line, for every error. A reader that closes stdout early (``| head``)
+is no error: the command stops quietly with exit code 141, as a process killed by SIGPIPE
+would (:func:`stdout_closed`).
 
 Start-up stays light: a command line imports the module of its own command only (the
 others are listed by name, :mod:`.commands`), and the command modules import their heavy
@@ -35,6 +37,8 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 70
 """sysexits.h's EX_SOFTWARE: an internal software error."""
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose stdout reader went away."""
 DEBUG_ENV = "BLOOMSWARM_DEBUG"
 
 EXIT_CODES = {
@@ -43,6 +47,7 @@ EXIT_CODES = {
     EXIT_USAGE: "the command line does not parse",
     EXIT_INTERNAL: "internal error: a bug in bloomswarm (--debug shows the traceback)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+    EXIT_BROKEN_PIPE: "stdout closed before the output ended (e.g. `| head`): nothing more printed",
 }
 """Exit code -> meaning, as the help's epilog lists them."""
 
@@ -105,7 +110,15 @@ def debug_requested(environ: Mapping[str, str] | None = None) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: sys.argv[1:]); return the exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _main(sys.argv[1:] if argv is None else list(argv))
+    except BrokenPipeError:  # argparse's help or usage written to a closed stdout
+        if not stdout_closed():
+            raise
+        return discard_stdout()
+
+
+def _main(argv: list[str]) -> int:
     word = command_word(argv)
     module = module_of(word) if word is not None else None
     parser = build_parser(full=[module] if module is not None else [])
@@ -114,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(str(exc), file=sys.stderr)
         return EXIT_USAGE
+    except SystemExit:  # --help: argparse printed it; a closed stdout shows in main()
+        sys.stdout.flush()
+        raise
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -126,16 +142,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     debug = args.debug or debug_requested()
     try:
-        return int(args.handler(args) or 0)
+        code = int(args.handler(args) or 0)
+        sys.stdout.flush()  # now, so that a closed stdout is told apart below, not at exit
+        return code
     except KeyboardInterrupt:
         print("bloomswarm: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # every error ends here as one line; see report_error
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            return discard_stdout()
         if debug:
             traceback.print_exc(file=sys.stderr)
         code, line = report_error(args.command, exc)
         print(line, file=sys.stderr)
         return code
+
+
+def stdout_closed() -> bool:
+    """True when stdout's reader has gone (a pipe to ``head`` that exited): flushing it
+    fails with a broken pipe, or, with nothing left to flush, ``poll`` reports an error on
+    it. A broken pipe elsewhere (a socket) leaves stdout open: an error like any other."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        import select
+
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no descriptor, or no poll() here
+        return False
+
+
+def discard_stdout() -> int:
+    """Point stdout's descriptor at /dev/null, so that what is still buffered (flushed
+    when the interpreter exits) and anything printed later fail no more; return
+    :data:`EXIT_BROKEN_PIPE`. Nothing is said on stderr: the reader chose to stop."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return EXIT_BROKEN_PIPE
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 def report_error(command: str, exc: Exception) -> tuple[int, str]:

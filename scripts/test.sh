@@ -2,7 +2,8 @@
 # The README's test command: on a fresh machine, install everything and run every check.
 #
 #   1. system packages the tests use (opentracker, aria2, systemd-analyze, iproute2; buildah,
-#      debootstrap and prometheus for deploy/'s image and alerts), via apt-get when root;
+#      debootstrap and prometheus for deploy/'s image and alerts) and the build's (gcc and
+#      python3-dev for the C extension, python3-venv), those missing, via apt-get when root;
 #   2. a virtual environment (.venv-test, or $BLOOMSWARM_VENV) with the project and its
 #      dev extras installed the way users install it (not editable: the C extension is
 #      built exactly as `pip install .` builds it);
@@ -26,6 +27,13 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)  # the LSD test's network n
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)  # deploy/Dockerfile built and run
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)  # ... on a Debian base made here
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)  # promtool, and the live alert test
+# The build: BLOOMSWARM_REQUIRE_EXTENSION=1 below makes a C extension that fails to build an error.
+command -v gcc >/dev/null 2>&1 || command -v cc >/dev/null 2>&1 || missing+=(gcc)
+"$python" -c 'import os, sysconfig
+raise SystemExit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  >/dev/null 2>&1 || missing+=(python3-dev)  # Python.h
+[ -x "$venv/bin/python" ] || "$python" -c 'import ensurepip, venv' >/dev/null 2>&1 \
+  || missing+=(python3-venv)  # `python3 -m venv` with pip
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
@@ -36,7 +44,7 @@ if ((${#missing[@]})); then
     echo "warning: ${missing[*]} missing and not root: tests that need them will say so"
   fi
 fi
-for tool in opentracker aria2c systemd-analyze ip buildah debootstrap prometheus promtool; do
+for tool in opentracker aria2c systemd-analyze ip buildah debootstrap prometheus promtool gcc; do
   printf '  %-12s %s\n' "$tool" "$(command -v "$tool" || echo 'not installed')"
 done
 

@@ -4,6 +4,7 @@ every configuration key, variable and flag used anywhere in deploy/ exists."""
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import re
 import shutil
 import subprocess
@@ -112,12 +113,19 @@ def test_systemd_services_exposure_is_low(tmp_path: Path) -> None:
 # --- the reference configurations ---------------------------------------------------------
 
 
+ARRAY_EXAMPLE = re.compile(r"#\s*\[\[([a-z0-9_]+)\]\]")
+"""A commented-out array of tables (``# [[filters]]``): an example, its keys no settings."""
+
+
 def _documented_settings(path: Path) -> tuple[set[str], set[str]]:
-    """(set, commented-out) dotted settings of a reference file."""
+    """(set, commented-out) dotted settings of a reference file, before any commented-out
+    array of tables (:data:`ARRAY_EXAMPLE`)."""
     table = ""
     active: set[str] = set()
     commented: set[str] = set()
     for line in path.read_text(encoding="utf-8").splitlines():
+        if ARRAY_EXAMPLE.match(line):
+            break
         if match := re.match(r"\[([a-z0-9_]+)\]", line):
             table = match.group(1) + "."
         elif match := re.match(r"([a-z0-9_]+)\s*=", line):
@@ -138,6 +146,25 @@ def test_reference_config_mirrors_the_dataclasses_key_for_key(path: Path) -> Non
         f"missing: {sorted(settings - documented)}, unknown: {sorted(documented - settings)}"
     )
     module.load_config(path, environ={})  # the real loader: types, ranges, required keys
+
+
+def test_reference_agent_config_filters_example_loads_when_uncommented(tmp_path: Path) -> None:
+    """deploy/agent.toml's commented-out ``[[filters]]`` example, uncommented, is what
+    docs/agent.md describes, and loads through the real loader."""
+    lines = (DEPLOY / "agent.toml").read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if ARRAY_EXAMPLE.match(line))
+    example = [re.sub(r"^#\s?", "", line) for line in lines[start:]]
+    assert all(line.startswith("#") for line in lines[start:]), "the example is commented out"
+    uncommented = tmp_path / "agent.toml"
+    uncommented.write_text("\n".join(lines[:start] + example) + "\n", encoding="utf-8")
+    config = agent_config.load_config(uncommented, environ={})
+    blocklist, fraud = config.filters
+    assert (blocklist.name, blocklist.prefix, blocklist.public_keys, blocklist.keep_versions) == (
+        "blocklist", None, (), None)
+    assert (fraud.name, fraud.prefix, fraud.keep_versions) == ("fraud", "teams/risk/fraud", 4)
+    assert fraud.public_keys == (Path("/etc/bloomswarm/risk.pub"),)
+    documented = {f.name for f in dataclasses.fields(fraud)}
+    assert documented == {"name", "prefix", "public_keys", "keep_versions"}, "every filter key shown"
 
 
 @pytest.mark.parametrize("path", list(REFERENCES), ids=lambda p: p.name)

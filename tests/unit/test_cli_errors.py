@@ -23,6 +23,7 @@ from bloomswarm import filter_commands
 from bloomswarm.common import errors
 from bloomswarm.main import (
     DEBUG_ENV,
+    EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -137,7 +138,7 @@ def test_help_documents_the_exit_codes_and_debug(capsys: pytest.CaptureFixture[s
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "--debug" in out and f"{DEBUG_ENV}=1" in out
-    for code in (EXIT_FAILURE, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED):
+    for code in (EXIT_FAILURE, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE):
         assert f"\n  {code:<4} " in out, code
 
 
@@ -178,3 +179,66 @@ def test_internal_error_through_the_real_entry_point(tmp_path: Path) -> None:
         assert ("Traceback (most recent call last):" in done.stderr) is traceback
         assert done.stderr.splitlines()[-1].startswith(
             "bloomswarm inspect: internal error (a bug in bloomswarm): ZeroDivisionError: division by zero")
+
+
+# --- a reader that closes stdout early (`| head`) ------------------------------------------
+
+
+def _printing_inspect(monkeypatch: pytest.MonkeyPatch, lines: int) -> None:
+    """Make ``bloomswarm inspect`` print ``lines`` lines to stdout."""
+    def handler(_args: argparse.Namespace) -> int:
+        for i in range(lines):
+            print(f"line {i}")
+        return 0
+
+    monkeypatch.setattr(filter_commands, "run_inspect", handler)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+
+
+@pytest.mark.parametrize("lines", [1, 100_000], ids=["buffered", "written"])
+def test_a_closed_stdout_ends_the_command_quietly_with_141(
+    lines: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pipe whose reader is gone: a broken pipe while printing (many lines) or at the
+    final flush (one line, still buffered) is no error line, exit 141 (128 + SIGPIPE)."""
+    _printing_inspect(monkeypatch, lines)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", encoding="utf-8") as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        code = main(["inspect", "f.bsf"])
+        print("after the command: discarded, no error")
+        closed.flush()  # stdout now writes to /dev/null: the interpreter's exit flush passes
+    assert code == EXIT_BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_a_broken_pipe_elsewhere_is_an_error_like_any_other(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stdout still open: a broken pipe from a socket is the user's failure, exit 1."""
+    _failing_inspect(monkeypatch, BrokenPipeError(errno.EPIPE, "Broken pipe"))
+    assert _run(["inspect", "f.bsf"], capsys) == (EXIT_FAILURE, ["bloomswarm inspect: error: Broken pipe"])
+
+
+@pytest.mark.parametrize("command", ["query", "inspect", "help"])
+def test_head_closing_the_real_entry_points_stdout_is_no_error(command: str, tmp_path: Path) -> None:
+    """``python -m bloomswarm ... | head -1``: whatever the command, no stderr and no
+    traceback (query: exit 141; --help: argparse drops what it cannot write, exit 0)."""
+    from bloomswarm.common.builder import FilterBuilder
+
+    builder = FilterBuilder.for_capacity(100, 0.01)
+    builder.add_many([f"key-{i}" for i in range(100)])
+    builder.write(tmp_path / "f.bsf")
+    argv = {"query": ["query", "f.bsf", *(f"key-{i}" for i in range(20_000))],
+            "inspect": ["inspect", "f.bsf", "--verify"], "help": ["--help"]}[command]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BLOOMSWARM_")}
+    with subprocess.Popen([sys.executable, "-m", "bloomswarm", *argv], cwd=tmp_path, env=env,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.readline()
+        child.stdout.close()  # as head does after its line
+        stderr = child.stderr.read().decode()
+        code = child.wait(timeout=120)
+    assert stderr == ""
+    assert code in ((EXIT_BROKEN_PIPE,) if command == "query" else (0, EXIT_BROKEN_PIPE))

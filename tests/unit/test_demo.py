@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from bloomswarm import demo, demo_data
+from bloomswarm import demo, demo_client, demo_data
 from bloomswarm.common.builder import FilterBuilder
 from bloomswarm.common.datadir import DataDir, filter_data_dir
 from bloomswarm.common.reader import Filter
@@ -96,6 +96,15 @@ def test_build_version_holds_exactly_its_keys_and_reports_progress(tmp_path: Pat
         assert bloom.contains_many(np.arange(low, high, dtype=np.uint64)).all()
         absent = bloom.contains_many(KeyPlan.absent_sample(10_000))
         assert absent.sum() < 100  # 0.1% target: about 10 expected
+
+
+def test_the_clients_absent_keys_are_fresh_each_batch_and_in_no_version() -> None:
+    absent = demo_client._AbsentKeys(4)
+    batches = [absent.next_batch().copy() for _ in range(3)]
+    keys = np.concatenate(batches)
+    assert keys.dtype == np.uint64 and len(np.unique(keys)) == 12  # each key queried once
+    assert keys.tolist() == list(range(demo_data.ABSENT_BASE, demo_data.ABSENT_BASE + 12))
+    assert int(keys.min()) >= KeyPlan(1000, 3).for_filter(5).version_range(3)[1]
 
 
 # -- the lookup client ---------------------------------------------------------------------
