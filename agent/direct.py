@@ -3,8 +3,11 @@
 No peers, no pieces: a worker (at most ``direct.concurrency`` downloads run at once; the
 others wait their turn, in the order started) GETs the origin URL and appends to
 ``save_dir/filter.bsf`` in bounded chunks, continuing an interrupted download with a
-``Range`` request from the bytes already on disk. It checks nothing about the content —
-the daemon's swap gate does (size, SHA-256, header). It is the fast tests' transfer and
+``Range`` request from the bytes already on disk (a response that ends early is
+continued so, and counts as a failed attempt only when it brought no byte). It never
+writes past the torrent's size: a response that says or turns out to be longer fails (its
+bytes are dropped). Beyond the length it checks nothing about the content — the daemon's
+swap gate does (size, SHA-256, header). It is the fast tests' transfer and
 the swarm benchmark's "every agent from the origin" baseline; its ``seed`` only records
 the version (nothing is served).
 
@@ -14,8 +17,10 @@ continues from the bytes on disk (every byte written is at its final offset).
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
+import re
 import threading
 import time
 import urllib.error
@@ -221,29 +226,47 @@ class DirectTransfer:
         if job.stop.is_set():  # removed while it waited for a worker
             return
         error = "no attempt made"
-        for attempt in range(1, _ATTEMPTS + 1):
+        failures = 0
+        while failures < _ATTEMPTS:
+            grew = 0
             try:
-                self._fetch(job, origin())
+                grew = self._fetch(job, origin())
             except _Stopped:
                 return
             except Exception as exc:  # HTTP, socket, file and URL-factory errors alike
-                error = describe_origin_error(exc)
-                log.info("direct download of %s failed (attempt %d): %s", key_label(job.key), attempt, error)
-                if attempt == _ATTEMPTS or not _transient(exc) or job.stop.wait(0.5 * attempt):
-                    break
-                continue
-            self._update(job, state="seeding", error=None)
-            return
+                error, retry = describe_origin_error(exc), _transient(exc)
+            else:
+                if job.on_disk >= job.total:
+                    self._update(job, state="seeding", error=None)
+                    return
+                # The response ended early (a proxy cutting long responses): the next
+                # attempt continues with a Range request.
+                error, retry = f"the origin's response ended at byte {job.on_disk} of {job.total}", True
+            if grew <= 0:  # one that brought bytes uses up no attempt
+                failures += 1
+            log.info("direct download of %s: %s (failed attempts: %d)", key_label(job.key), error, failures)
+            if failures == _ATTEMPTS or not retry or job.stop.wait(0.5 * max(failures, 1)):
+                break
         if not job.stop.is_set():
             self._update(job, state="error", error=error)
 
-    def _fetch(self, job: _Job, origin: OriginURL) -> None:
-        """GET the rest of the file into ``job.path``; returns when the response ended."""
+    def _fetch(self, job: _Job, origin: OriginURL) -> int:
+        """GET the rest of the file into ``job.path``; returns when the response ended
+        (``job.on_disk`` tells whether all ``job.total`` bytes are there), with the bytes
+        the file grew by. Raises CheckFailed ("size") when the origin offers or sends more
+        than the file (that response's bytes are not kept: the file never grows past
+        ``job.total``)."""
         assert job.stop is not None
         job.path.parent.mkdir(parents=True, exist_ok=True)
         with open(job.path, "ab") as out:
             offset = out.seek(0, 2)
+            if offset > job.total:  # not written by us (we never write past the end)
+                log.info("%s: %s has %d bytes, more than the file's %d: starting over",
+                         key_label(job.key), job.path, offset, job.total)
+                out.truncate(0)
+                offset = out.seek(0)
             self._update(job, on_disk=offset)
+            initial = offset
             headers = {"Range": f"bytes={offset}-"} if offset else {}
             request = urllib.request.Request(origin.url, headers=headers)
             try:
@@ -251,16 +274,19 @@ class DirectTransfer:
             except urllib.error.HTTPError as exc:
                 exc.close()
                 if exc.code == 416 and offset >= job.total:  # nothing left to fetch
-                    return
+                    return 0
                 raise
             with response:
-                if offset and response.status != 206:  # the server ignored the range
+                begin = offset if response.status == 206 else 0
+                _check_length(response, begin, job.total)  # before anything on disk changes
+                if offset != begin:  # the server ignored the range
                     out.truncate(0)
-                    out.seek(0)
-                    offset = 0
+                    offset = out.seek(0)
                 started = time.monotonic()
                 fetched = 0
-                while chunk := response.read(self.config.chunk_size):
+                while offset < job.total and (
+                    chunk := response.read(min(self.config.chunk_size, job.total - offset))
+                ):
                     if job.stop.is_set():
                         raise _Stopped
                     out.write(chunk)
@@ -269,6 +295,12 @@ class DirectTransfer:
                     fetched += len(chunk)
                     self._update(job, on_disk=offset, received=job.received + len(chunk))
                     self._pace(job, fetched, started)
+                if offset == job.total and _more(response):  # complete, yet the response goes on
+                    out.truncate(begin)  # its bytes are suspect: keep none of them
+                    self._update(job, on_disk=begin)
+                    raise CheckFailed("size", f"the origin sent more than the file's {job.total} "
+                                              f"bytes (from byte {begin})")
+                return offset - initial
 
     def _pace(self, job: _Job, fetched: int, started: float) -> None:
         """Sleep so that the download stays under the configured rate."""
@@ -294,10 +326,43 @@ def _stop(jobs: list[_Job]) -> None:
 
 
 def _transient(exc: BaseException) -> bool:
-    """Worth retrying at once: not a 4xx answer (except timeout and too-many-requests)."""
+    """Worth retrying at once: not a 4xx answer (except timeout and too-many-requests),
+    nor a response longer than the file (CheckFailed: the origin does not serve it)."""
     if isinstance(exc, urllib.error.HTTPError):
         return exc.code >= 500 or exc.code in (408, 429)
-    return True
+    return not isinstance(exc, CheckFailed)
+
+
+def _more(response: http.client.HTTPResponse) -> bool:
+    """Whether the response has a byte left (one that cannot be read counts as none: the
+    file is complete, the daemon's gate checks it)."""
+    try:
+        return bool(response.read(1))
+    except (OSError, http.client.HTTPException):
+        return False
+
+
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
+
+
+def _check_length(response: http.client.HTTPResponse, offset: int, total: int) -> None:
+    """Raise CheckFailed ("size") when the response's headers announce more than the
+    ``total - offset`` bytes left, or (206) a range that does not start at ``offset``."""
+    if response.status == 206:
+        header = response.headers.get("Content-Range")
+        match = _CONTENT_RANGE.fullmatch(header.strip()) if header is not None else None
+        if header is not None and match is None:
+            raise CheckFailed("size", f"the origin's Content-Range {header!r} cannot be read")
+        if match is not None:
+            first, last, size = int(match.group(1)), int(match.group(2)), match.group(3)
+            if first != offset:
+                raise CheckFailed("size", f"the origin sent bytes from {first}, asked from {offset}")
+            if last >= total or (size != "*" and int(size) != total):
+                raise CheckFailed("size", f"the origin's Content-Range {header!r} does not fit "
+                                          f"the file's {total} bytes")
+    if response.length is not None and response.length > total - offset:
+        raise CheckFailed("size", f"the origin's response has {response.length} bytes, the "
+                                  f"file {total - offset} left from byte {offset}")
 
 
 

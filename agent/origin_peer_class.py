@@ -43,7 +43,8 @@ class OriginPeerClass:
 
     def __init__(self, session: lt.session, config: SwarmConfig, clock: Callable[[], float],
                  *, on_addresses: Callable[[frozenset[str]], None] | None = None) -> None:
-        self._session = session
+        self._session: lt.session | None = session
+        """None once closed: the session's owner destroys it (this must not keep it alive)."""
         self._clock = clock
         self._on_addresses = on_addresses
         self._tracking = on_addresses is not None and bool(config.allowed_peer_networks)
@@ -106,14 +107,19 @@ class OriginPeerClass:
                 self._apply_filter()
 
     def close(self) -> None:
-        """Stop the resolver thread (resolutions under way are abandoned). Idempotent."""
+        """Stop the resolver thread (resolutions under way are abandoned) and let go of the
+        session, so that its owner's ``del`` destroys it (and closes its sockets) at once.
+        Idempotent; the filter is no longer changed afterwards."""
         if self._resolver is not None:
             self._resolver.shutdown(wait=False, cancel_futures=True)
             self._resolver = None
+        self._session = None
 
     def _apply_filter(self) -> None:
         """Every address in the global class (so limits hold on LANs); origin addresses
         in the origin class too."""
+        if self._session is None:
+            return
         global_class = 1 << int(lt.session.global_peer_class_id)
         rules = lt.ip_filter()
         rules.add_rule("0.0.0.0", "255.255.255.255", global_class)

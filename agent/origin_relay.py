@@ -10,8 +10,10 @@ So a private version's HTTPS origin URL is given to libtorrent as
 ``http://127.0.0.1:PORT/TOKEN``: this relay answers it by fetching the same byte range
 from the real URL, verified against the system's trust store like every other request
 of the agent. Only loopback listens; a token is an unguessable name for one upstream URL
-(a presigned URL with its signature), forgotten when that URL expires. Plain ``http://``
-origins are given to libtorrent as they are.
+(a presigned URL with its signature; the same token each time that URL is asked for),
+forgotten when that URL expires, or when :data:`MAX_TOKENS` URLs asked for more recently
+are held (a CDN's URLs never expire). Plain ``http://`` origins are given to libtorrent
+as they are.
 
 The relay's server thread is started on first use and stopped by :meth:`OriginRelay.close`.
 """
@@ -35,6 +37,8 @@ log = logging.getLogger("bloomswarm.swarm")
 
 CHUNK = 256 * 1024
 """Bytes copied at a time from the origin to libtorrent."""
+MAX_TOKENS = 4096
+"""Upstream URLs the relay holds a token for at most (the least recently asked for go)."""
 _FORWARDED = ("Content-Length", "Content-Range", "Content-Type", "Accept-Ranges", "Last-Modified", "ETag")
 
 
@@ -49,6 +53,9 @@ class OriginRelay:
         self._clock = clock
         self._lock = threading.Lock()
         self._upstream: dict[str, OriginURL] = {}
+        """Token -> the upstream URL it stands for."""
+        self._tokens: dict[str, str] = {}
+        """Upstream URL -> its token, the least recently asked for first."""
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -66,12 +73,15 @@ class OriginRelay:
         if not origin.url.lower().startswith("https://"):
             return origin
         server = self._start()
-        token = secrets.token_urlsafe(18)
         with self._lock:
             now = self._clock()
             for old in [t for t, u in self._upstream.items() if (u.expires_at or now) < now]:
-                del self._upstream[old]
+                self._forget(old)
+            token = self._tokens.pop(origin.url, None) or secrets.token_urlsafe(18)
+            self._tokens[origin.url] = token  # now the most recently asked for
             self._upstream[token] = origin
+            while len(self._tokens) > MAX_TOKENS:
+                self._forget(next(iter(self._tokens.values())))
         host, port = server.server_address[:2]
         return OriginURL(f"http://{host!s}:{port}/{token}", origin.expires_at)
 
@@ -79,6 +89,11 @@ class OriginRelay:
         """The origin URL a token stands for (None: unknown or forgotten)."""
         with self._lock:
             return self._upstream.get(token)
+
+    def _forget(self, token: str) -> None:
+        """Drop ``token`` and its URL (under the lock)."""
+        origin = self._upstream.pop(token)
+        del self._tokens[origin.url]
 
     def close(self) -> None:
         """Stop the relay (idempotent); its URLs stop working."""
