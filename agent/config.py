@@ -40,6 +40,7 @@ Without them the agent follows the one filter at the bucket prefix, as it always
 from __future__ import annotations
 
 import ipaddress
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,6 +86,115 @@ MAX_DIRECT_CONCURRENCY = 1024
 TransferKind = Literal["swarm", "direct"]
 
 
+LISTEN_KEY = "swarm.listen_interfaces"
+MAX_PORT = 65535
+_LISTEN_ENTRY = re.compile(
+    r"(?:\[(?P<ipv6>[^\]]*)\]|(?P<host>[^\s:\[\]\",]+))\s*:\s*(?P<port>\d+)\s*(?P<flags>[a-z]*)"
+)
+"""One ``listen_interfaces`` entry as libtorrent reads it: ``[IPv6]:port`` or
+``IPv4-or-device:port``, then libtorrent's flags: ``s`` a TLS listener, ``l`` a local one."""
+
+
+@dataclass(frozen=True)
+class ListenInterface:
+    """One entry of ``swarm.listen_interfaces``, checked by :func:`parse_listen_interfaces`."""
+
+    entry: str
+    """The entry as written (without surrounding blanks)."""
+    address: str
+    """An IP address (IPv6 without its brackets) or a network device name (``eth0``)."""
+    port: int
+    """0..65535; 0: any free port."""
+    ssl: bool = False
+    """libtorrent's ``s`` flag: a TLS listener (private versions' peers connect to it)."""
+    local: bool = False
+    """libtorrent's ``l`` flag: a listener for the local network."""
+
+    @property
+    def host(self) -> str:
+        """The address as written in an entry: an IPv6 address in brackets."""
+        return f"[{self.address}]" if ":" in self.address else self.address
+
+
+def parse_listen_interfaces(value: str) -> tuple[ListenInterface, ...]:
+    """The entries of a ``listen_interfaces`` string, in order; ConfigError naming
+    ``swarm.listen_interfaces`` and the entry when one is not libtorrent's
+    ``address:port`` (``[::1]:6881`` for IPv6, a device name for the address, a trailing
+    ``s`` for TLS, ``l`` for local) or its port is beyond 0..65535: libtorrent would only
+    skip such an entry with a warning alert. Empty entries (``a,,b``) are skipped, as
+    libtorrent skips them; no entry at all is refused."""
+    entries: list[ListenInterface] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        match = _LISTEN_ENTRY.fullmatch(entry)
+        if match is None:
+            raise ConfigError(
+                f"{LISTEN_KEY}: {entry!r} is not address:port (an IPv6 address in brackets: "
+                f"[::1]:6881; a device name may stand for the address: eth0:6881)"
+            )
+        flags = match["flags"]
+        if any(flag not in "sl" for flag in flags) or len(set(flags)) != len(flags):
+            raise ConfigError(
+                f"{LISTEN_KEY}: {entry!r} ends in {flags!r}; after the port only libtorrent's "
+                f"flags may follow, each once: s (a TLS listener), l (local network)"
+            )
+        port = int(match["port"])
+        if port > MAX_PORT:
+            raise ConfigError(f"{LISTEN_KEY}: {entry!r} has port {port}, not in 0..{MAX_PORT}")
+        address = match["ipv6"] if match["ipv6"] is not None else match["host"]
+        _check_listen_address(entry, address, ipv6=match["ipv6"] is not None)
+        entries.append(ListenInterface(entry, address, port, ssl="s" in flags, local="l" in flags))
+    if not entries:
+        raise ConfigError(f"{LISTEN_KEY} must not be empty")
+    return tuple(entries)
+
+
+def _check_listen_address(entry: str, address: str, *, ipv6: bool) -> None:
+    """ConfigError unless ``address`` is an IPv6 address (``ipv6``: it was in brackets), an
+    IPv4 address, or a device name (anything else that does not look like an IPv4 address:
+    digits and dots alone are an address, and a wrong one is refused)."""
+    try:
+        if ipv6:
+            ipaddress.IPv6Address(address)
+        elif re.fullmatch(r"[0-9.]+", address):
+            ipaddress.IPv4Address(address)
+    except ValueError:
+        kind = "IPv6" if ipv6 else "IPv4"
+        raise ConfigError(f"{LISTEN_KEY}: {entry!r}: {address!r} is not an {kind} address") from None
+
+
+def tls_port(port: int) -> int:
+    """The port of the TLS listener added beside a plain one on ``port``: the next one
+    (0 stays 0, any free port)."""
+    return 0 if port == 0 else port + 1
+
+
+def with_tls_listeners(listen_interfaces: str) -> str:
+    """``listen_interfaces`` with a TLS listener (libtorrent's ``s`` flag) beside each
+    plain one, on :func:`tls_port`, unless some entry already has the flag (the operator
+    chose the TLS listeners). Private versions' peers connect to it; the plain port keeps
+    the DHT and public versions. ConfigError naming ``swarm.listen_interfaces`` and the
+    entry when an entry is bad (:func:`parse_listen_interfaces`) or its port is 65535,
+    which leaves no next port."""
+    entries = parse_listen_interfaces(listen_interfaces)
+    if any(e.ssl for e in entries):
+        return ",".join(e.entry for e in entries)
+    added = []
+    for e in entries:
+        port = tls_port(e.port)
+        if port > MAX_PORT:
+            raise ConfigError(
+                f"{LISTEN_KEY}: {e.entry!r}: with swarm.certificate_dirs a TLS listener goes on "
+                f"the next port, and {e.port} is the last; choose a lower port or list the "
+                f"TLS listener yourself ({e.entry},{e.host}:{e.port - 1}s)"
+            )
+        added.append(f"{e.host}:{port}s{'l' if e.local else ''}")
+    return ",".join([e.entry for e in entries] + added)
+
+
+
 OriginPolicy = Literal["fallback", "always"]
 StripeFetchMode = Literal["ranges", "web_seed"]
 
@@ -98,9 +208,13 @@ class SwarmConfig:
 
     listen_interfaces: str = "0.0.0.0:6881,[::]:6881"
     """libtorrent ``listen_interfaces``: comma-separated ``address:port`` (TCP, and UDP for
-    the DHT). Port 0 picks a free port (:meth:`Swarm.listen_port` tells which). With
-    ``certificate_dirs``, a TLS listener (``address:port+1s``) is added beside each, for
-    private versions, unless some entry already ends in ``s``."""
+    the DHT); an IPv6 address in brackets (``[::1]:6881``), a device name may stand for the
+    address (``eth0:6881``). Port 0 picks a free port (:meth:`Swarm.listen_port` tells
+    which). With ``certificate_dirs``, a TLS listener (``address:port+1s``) is added beside
+    each, for private versions, unless some entry already ends in ``s`` (libtorrent's TLS
+    flag); a port of 65535 then has no next port and is refused. Checked at load: a port
+    beyond 0..65535 or an entry that is not ``address:port`` is refused, naming it
+    (:func:`parse_listen_interfaces`)."""
     trackers: tuple[str, ...] = ()
     """Tracker announce URLs added to every torrent."""
     torrent_trackers: bool = False
@@ -257,8 +371,10 @@ class SwarmConfig:
             raise ConfigError("swarm.unchoke_slots must be positive or -1 (unlimited)")
         if self.send_buffer_watermark < 16 * KIB:
             raise ConfigError("swarm.send_buffer_watermark must be at least 16 KiB")
-        if not self.listen_interfaces.strip():
-            raise ConfigError("swarm.listen_interfaces must not be empty")
+        if self.certificate_dirs:  # checks the TLS listeners' ports as well
+            with_tls_listeners(self.listen_interfaces)
+        else:
+            parse_listen_interfaces(self.listen_interfaces)
         for network in self.allowed_peer_networks:
             try:
                 ipaddress.ip_network(network, strict=False)

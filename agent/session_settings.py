@@ -14,26 +14,11 @@ import libtorrent as lt
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.settings import INT32_MAX
 
-from .config import SwarmConfig
+from .config import SwarmConfig, with_tls_listeners
 
 KIB = 1024
 
-
-def with_tls_listeners(listen_interfaces: str) -> str:
-    """``listen_interfaces`` with a TLS listener (libtorrent's ``s`` suffix) beside each
-    plain one that has none, on the next port (port 0 stays 0: any free port). Private
-    versions' peers connect to it; the plain port keeps the DHT and public versions."""
-    entries = [e.strip() for e in listen_interfaces.split(",") if e.strip()]
-    if any(e.endswith("s") for e in entries):
-        return ",".join(entries)  # the operator chose the TLS listeners
-    added = []
-    for entry in entries:
-        address, _, port = entry.rpartition(":")
-        if not port.isdigit():
-            continue  # not address:port; libtorrent reports it
-        tls_port = 0 if int(port) == 0 else int(port) + 1
-        added.append(f"{address}:{tls_port}s")
-    return ",".join(entries + added)
+__all__ = ["check_fits_libtorrent", "session_settings", "with_tls_listeners"]
 
 
 def check_fits_libtorrent(pack: Mapping[str, object]) -> None:

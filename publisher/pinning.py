@@ -4,7 +4,9 @@
 version lower than the one they run; a signed pointer marked pinned, with a higher
 ``sequence`` than any they accepted, is the one exception, so a pin rolls the fleet back.
 While pinned, ``publish`` still publishes new versions but leaves latest.json alone.
-``unpin`` points latest.json at the newest complete version with ``pinned: false``.
+``unpin`` points latest.json at the newest complete version with ``pinned: false``, but
+never at a version older than the one latest.json names: when that one is the newest or
+newer (it does not check out just now), unpin only clears ``pinned``.
 
 Both verify what they point at first: the manifest's signature (by the signing key or
 one of the accepted public keys) and the presence of its filter and torrent objects.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
 from bloomswarm.common.manifest import Manifest
@@ -75,27 +78,44 @@ def unpin(
     public_keys: Sequence[VerifyKey],
     publisher_id: str,
 ) -> Pointer | None:
-    """Point latest.json at the newest complete version, not pinned.
+    """Point latest.json at the newest complete version, not pinned; never at a version
+    older than the one it names.
 
-    Returns the new pointer, or None when latest.json was not pinned and already named
-    the newest version. A version published while this runs (its publisher saw the pin
+    When latest.json already names that version or a newer one (a newer one does not
+    check out just now: its objects are being replaced, or cannot be read), the version is
+    kept and only ``pinned`` is cleared; moving the fleet back is what ``pin`` is for.
+    Returns the new pointer, or None when latest.json was not pinned and named the newest
+    version or a newer one. A version published while this runs (its publisher saw the pin
     and left latest.json) is picked up by re-checking after the move.
     """
     written: Pointer | None = None
     for _ in range(_UNPIN_ROUNDS):
         newest = _newest_valid_version(store, public_keys)
-
-        def decide(current: Pointer | None, newest: int = newest) -> Target | None:
-            if current is not None and not current.pinned and current.version >= newest:
-                return None
-            return Target(newest, pinned=False)
-
-        outcome = swap_latest(store, decide, signing_key, publisher_id)
+        outcome = swap_latest(store, partial(_unpinned, newest=newest), signing_key, publisher_id)
+        current = outcome.pointer
         if not outcome.written:
+            if current is not None and current.version > newest:
+                log.warning(
+                    "latest.json names v%d, newer than v%d, the newest complete, correctly "
+                    "signed version: left at v%d (unpin never moves latest.json back)",
+                    current.version, newest, current.version,
+                )
+            elif current is not None:
+                log.info("latest.json names v%d, not pinned", current.version)
             return written
-        written = outcome.pointer
-        log.info("unpinned: latest.json names v%d", newest)
+        written = current
+        assert written is not None
+        log.info("unpinned: latest.json names v%d", written.version)
     return written
+
+
+def _unpinned(current: Pointer | None, newest: int) -> Target | None:
+    """unpin's decision on the pointer ``current``: ``newest`` (the newest valid version)
+    unless latest.json names it or a newer one; then the same version with ``pinned``
+    cleared, or nothing to write when it is not pinned."""
+    if current is None or current.version < newest:
+        return Target(newest, pinned=False)
+    return Target(current.version, pinned=False) if current.pinned else None
 
 
 def _newest_valid_version(store: ObjectStore, public_keys: Sequence[VerifyKey]) -> int:
