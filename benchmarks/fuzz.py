@@ -40,8 +40,9 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks._common import machine_info, write_json
 
-TARGET_NAMES = ("header", "filter_file", "manifest", "config", "delta")
-_MAX_LEN = {"header": 4200, "filter_file": 12288, "manifest": 4096, "config": 4096, "delta": 8192}
+TARGET_NAMES = ("header", "filter_file", "manifest", "config", "delta", "index")
+_MAX_LEN = {"header": 4200, "filter_file": 12288, "manifest": 4096, "config": 4096, "delta": 8192,
+            "index": 8192}
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _STATUS = re.compile(r"#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)")
 

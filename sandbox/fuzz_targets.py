@@ -19,6 +19,13 @@ Targets and their contracts:
 - ``manifest``: manifest, pointer envelope and signature parsing and verification ->
   FormatError or VerificationError; bytes not signed by the pinned key are never
   accepted; accepted documents round-trip through their canonical bytes.
+- ``index``: ``index.json`` (the signed index of every named filter) as writers read it
+  (unverified), as agents open it (signature checked), through the agent's IndexPoller
+  and each entry's verification, and through the publisher's sync_index -> FormatError
+  or VerificationError (and StorageError where the agent fetches a torrent the index does
+  not carry); an index not signed by the pinned key is never accepted, nor is an entry
+  whose pointer or manifest that key did not sign; accepted indexes round-trip through their
+  canonical bytes; a writer keeps every other entry, readable or not, as it found it.
 - ``config``: the agent's and the publisher's config loaders (TOML file, environment)
   and PEM public keys -> ConfigError.
 - ``delta``: DeltaHeader.unpack and the decoding of a delta's streams onto a body ->
@@ -32,24 +39,36 @@ import atexit
 import base64
 import functools
 import json
+import logging
 import os
 import shutil
 import struct
 import tempfile
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bloomswarm.agent import config as agent_config
-from bloomswarm.common.canonical_json import canonical_json
+from bloomswarm.agent.filter_index_source import IndexedAnnouncements, IndexPoller
+from bloomswarm.common.bucket_layout import INDEX_KEY
+from bloomswarm.common.canonical_json import canonical_json, load_object
 from bloomswarm.common.delta import patch_body
 from bloomswarm.common.delta_format import FIXED_SIZE, PAYLOAD_OFFSET, DeltaHeader
-from bloomswarm.common.errors import ConfigError, DeltaError, FormatError, VerificationError
+from bloomswarm.common.errors import (
+    ConfigError,
+    DeltaError,
+    FormatError,
+    StorageError,
+    VerificationError,
+)
 from bloomswarm.common.fastpath import EXTENSION
+from bloomswarm.common.filter_index import FilterIndex, open_index, read_index_unverified, seal_index
 from bloomswarm.common.header import HEADER_SIZE, FilterHeader
 from bloomswarm.common.manifest import Manifest, verify_manifest
+from bloomswarm.common.memory_store import MemoryObjectStore
 from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified
 from bloomswarm.common.reader import Filter
 from bloomswarm.common.signature_text import decode_signature
@@ -62,6 +81,7 @@ from bloomswarm.common.signing import (
     sign,
 )
 from bloomswarm.publisher import config as publisher_config
+from bloomswarm.publisher.filter_index import sync_index
 
 Target = Callable[[bytes], bool]
 """Returns True for an accepted input, False for one rejected with the contract's error."""
@@ -332,6 +352,176 @@ def manifest(data: bytes) -> bool:
         return False
 
 
+# --- index.json ---------------------------------------------------------------------------------
+
+
+_INDEX_FILTER = "fuzz"
+"""The filter the publisher of the ``index`` target's writer mode syncs into a fuzzed index."""
+
+
+def _roundtrip_index(index: FilterIndex) -> None:
+    signing, public, _pem = _Keys.get()
+    again = FilterIndex.from_dict(load_object(index.to_bytes(), "index"))
+    if again != index or again.to_bytes() != index.to_bytes():
+        raise AssertionError("an index does not survive its own canonical bytes")
+    sealed = seal_index(index, signing)
+    if read_index_unverified(sealed) != index or open_index(sealed, public) != index:
+        raise AssertionError("an index does not survive being sealed and opened")
+
+
+def _signed_by_pinned_key(envelope: bytes, field: str) -> bool:
+    """Whether ``envelope``'s signature is the pinned key's own signature of the canonical
+    JSON of its ``field`` object (Ed25519 is deterministic: there is exactly one)."""
+    signing, _public, _pem = _Keys.get()
+    obj = json.loads(envelope)
+    return decode_signature(obj["signature"]) == sign(signing, canonical_json(obj[field]))
+
+
+def _sealed_object(body: bytes) -> bytes | None:
+    """An envelope around the JSON object ``body``, validly signed by the pinned key; None
+    when ``body`` is not a JSON object (the harness's own parse)."""
+    signing, _public, _pem = _Keys.get()
+    payload = _json_object(body)
+    if payload is None:
+        return None
+    return canonical_json({"key_id": signing.key_id, "index": payload,
+                           "signature": base64.b64encode(sign(signing, canonical_json(payload))).decode()})
+
+
+def _agent_reads_index(sealed: bytes) -> bool:
+    """The agent's path: IndexPoller.refresh on ``sealed``, then every listed filter's
+    entry verified by IndexedAnnouncements (as a daemon following the index does)."""
+    signing, public, _pem = _Keys.get()
+    store = MemoryObjectStore()
+    store.put(INDEX_KEY, sealed)
+    poller = IndexPoller(store, public)
+    index = poller.refresh().index
+    if index is None:
+        raise AssertionError("IndexPoller.refresh read an index but holds none")
+    _roundtrip_index(index)
+    for name in [*index.filters, *index.unreadable]:
+        try:
+            announcement = IndexedAnnouncements(poller, name, store, public).latest()
+        except (FormatError, VerificationError, StorageError):
+            continue  # the entry is refused (or leads to a torrent the store lacks)
+        if announcement is None:
+            raise AssertionError(f"a first read of entry {name!r} announced nothing")
+        documents = announcement.documents
+        if not _signed_by_pinned_key(documents.pointer_envelope, "pointer"):
+            raise _forged("an index entry's pointer")
+        if decode_signature(documents.manifest_signature) != sign(signing, documents.manifest):
+            raise _forged("an index entry's manifest")
+    return True
+
+
+@contextmanager
+def _quiet(logger: str) -> Iterator[None]:
+    """``logger`` silenced (the writer logs every carried-over unreadable entry)."""
+    log = logging.getLogger(logger)
+    disabled, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
+
+
+@functools.cache
+def _writer_folder() -> tuple[tuple[str, bytes], ...]:
+    """The objects of filter ``fuzz``'s folder after two publishes (its pointer is at
+    sequence 2): what the writer mode syncs into a fuzzed index. Made on first use."""
+    from bloomswarm.common.builder import FilterBuilder
+    from bloomswarm.common.filter_names import filter_prefix
+    from bloomswarm.common.prefixed_store import PrefixedStore
+    from bloomswarm.common.storage import S3Config
+    from bloomswarm.publisher.config import PublisherConfig
+    from bloomswarm.publisher.publish import publish_filter
+
+    signing, _public, _pem = _Keys.get()
+    root = MemoryObjectStore()
+    folder = PrefixedStore(root, filter_prefix(_INDEX_FILTER))
+    publisher = PublisherConfig(s3=S3Config(bucket="fuzz"), publisher_id="fuzz")
+    for _ in range(2):
+        builder = FilterBuilder.for_capacity(100, 0.01)
+        builder.add_many([f"key-{i}" for i in range(50)])
+        publish_filter(folder, publisher, builder, signing, "fuzz", force=True, progress=False)
+    return tuple((key, stored.data) for key in root.list() if (stored := root.get(key)) is not None)
+
+
+def _writer_syncs_index(body: bytes) -> bool:
+    """The publisher's path: sync_index of filter ``fuzz`` into ``body`` as index.json."""
+    signing, public, _pem = _Keys.get()
+    store = MemoryObjectStore()
+    for key, data in _writer_folder():
+        store.put(key, data)
+    store.put(INDEX_KEY, body)
+    with _quiet("bloomswarm.filter_index"):
+        written = sync_index(store, [_INDEX_FILTER], signing, "fuzz-writer", now=lambda: 1_700_000_000,
+                             sleep=lambda _s: None)
+    current = read_index_unverified(body)  # it parsed for sync_index: it parses here
+    if written is None:  # nothing to change: the index already has the entry, or a newer one
+        if _INDEX_FILTER not in current.filters:
+            raise AssertionError("the writer left out a filter the index lacks")
+        return True
+    stored, latest = store.get(INDEX_KEY), store.get(f"filters/{_INDEX_FILTER}/latest.json")
+    assert stored is not None and latest is not None
+    if written.filters[_INDEX_FILTER].pointer != latest.data:
+        raise AssertionError("the index written does not hold the filter's latest.json")
+    if open_index(stored.data, public) != written:
+        raise AssertionError("the index written is not the index sync_index returned")
+    _roundtrip_index(written)
+    if written.sequence != current.sequence + 1:
+        raise AssertionError("the index written does not follow the one it replaced")
+    kept = {n: e for n, e in written.filters.items() if n != _INDEX_FILTER}
+    if kept != {n: e for n, e in current.filters.items() if n != _INDEX_FILTER}:
+        raise AssertionError("the writer changed another filter's entry")
+    if written.unreadable != {n: b for n, b in current.unreadable.items() if n != _INDEX_FILTER}:
+        raise AssertionError("the writer did not carry the unreadable entries over unchanged")
+    return True
+
+
+def _index_modes(mode: int, body: bytes) -> bool:
+    _signing, public, _pem = _Keys.get()
+    if mode == 0:  # what writers read: the envelope, its signature not checked
+        _roundtrip_index(read_index_unverified(body))
+        return True
+    if mode == 1:  # an index.json envelope as found
+        index = open_index(body, public)
+        _roundtrip_index(index)
+        if not _signed_by_pinned_key(body, "index"):
+            raise _forged("an index")
+        return True
+    sealed = _sealed_object(body) if mode in (2, 3) else body
+    if sealed is None:
+        return False
+    if mode == 2:  # a fuzzed index object, validly signed
+        _roundtrip_index(open_index(sealed, public))
+        return True
+    if mode == 3:
+        return _agent_reads_index(sealed)
+    return _writer_syncs_index(body)
+
+
+def index(data: bytes) -> bool:
+    """``index.json`` parsing, verification, the agent's and the writer's use of it. Input:
+    mode byte, document.
+
+    Modes (first byte mod 5): 0 read_index_unverified; 1 open_index on a fuzzed envelope
+    (accepted only with the pinned key's own signature of exactly its index object); 2
+    open_index on an envelope around a fuzzed index object, validly signed; 3 the agent:
+    IndexPoller.refresh on such an envelope, then IndexedAnnouncements.latest for every
+    entry (an announcement must come from a pointer and manifest the pinned key signed);
+    4 the publisher: sync_index of a published filter into the document as index.json
+    (every other entry, readable or not, must be kept as it was). Accepted indexes must
+    round-trip through their canonical bytes and through seal_index/open_index.
+    """
+    if not data:
+        return False
+    try:
+        return _index_modes(data[0] % 5, data[1:])
+    except (FormatError, VerificationError):
+        return False
+
+
 # --- configuration ----------------------------------------------------------------------------
 
 
@@ -396,6 +586,7 @@ TARGETS: Mapping[str, Target] = {
     "manifest": manifest,
     "config": config,
     "delta": delta,
+    "index": index,
 }
 """Every fuzz target by name."""
 
@@ -446,7 +637,44 @@ def seeds() -> dict[str, list[bytes]]:
                     b"\3" + b"S3_BUCKET=fuzz-bucket\nKEEP_VERSIONS=3\nTRACKERS=http://t/announce\nBUILD_FPP=0.01\n",
                     b"\4" + public_pem, b"\5" + public_pem]
     return {"header": header_seeds, "filter_file": file_seeds, "manifest": manifest_seeds,
-            "config": config_seeds, "delta": _delta_seeds()}
+            "config": config_seeds, "delta": _delta_seeds(), "index": _index_seeds()}
+
+
+def _index_seeds() -> list[bytes]:
+    """index.json as the publisher writes it for two named filters (torrents inline), and
+    one with a torrent not inline, an entry that does not parse and an unknown field."""
+    from bloomswarm.common.builder import FilterBuilder
+    from bloomswarm.common.filter_names import filter_prefix
+    from bloomswarm.common.params import Layout
+    from bloomswarm.common.prefixed_store import PrefixedStore
+    from bloomswarm.common.storage import S3Config
+    from bloomswarm.publisher.config import PublisherConfig
+    from bloomswarm.publisher.publish import publish_filter
+
+    signing, _public, _pem = _Keys.get()
+    root = MemoryObjectStore()
+    publisher = PublisherConfig(s3=S3Config(bucket="fuzz"), publisher_id="fuzz")
+    for name, layout in ((_INDEX_FILTER, Layout.BLOCKED), ("seen-urls", Layout.STANDARD)):
+        builder = FilterBuilder.for_capacity(100, 0.01, layout=layout)
+        builder.add_many([f"{name}-{i}" for i in range(50)])
+        publish_filter(PrefixedStore(root, filter_prefix(name)), publisher, builder, signing, "fuzz",
+                       force=True, progress=False)
+    with _quiet("bloomswarm.filter_index"):
+        sync_index(root, [_INDEX_FILTER, "seen-urls"], signing, "fuzz", now=lambda: 1_700_000_000)
+    stored = root.get(INDEX_KEY)
+    assert stored is not None
+    payload = dict(json.loads(stored.data)["index"])
+    payload["filters"] = dict(payload["filters"])
+    payload["filters"]["seen-urls"] = {k: v for k, v in payload["filters"]["seen-urls"].items()
+                                       if k != "torrent"}
+    payload["filters"]["not/a-name"] = {"pointer": 1}
+    payload["future"] = {"field": [1, "two"]}
+    other = FilterIndex.from_dict(payload)
+    envelopes = [stored.data, seal_index(other, signing)]
+    objects = [canonical_json(json.loads(stored.data)["index"]), other.to_bytes()]
+    return ([bytes([0]) + e for e in envelopes] + [bytes([1]) + e for e in envelopes]
+            + [bytes([mode]) + o for o in objects for mode in (2, 3)]
+            + [bytes([4]) + e for e in envelopes])
 
 
 def _delta_seeds() -> list[bytes]:
@@ -554,6 +782,6 @@ dht_bootstrap_nodes = ["10.0.0.5:6881"]
 
 
 __all__ = [
-    "SCRATCH_ENV", "TARGETS", "Target", "config", "delta", "filter_file", "header", "manifest", "seeds",
-    "tmpfs",
+    "SCRATCH_ENV", "TARGETS", "Target", "config", "delta", "filter_file", "header", "index", "manifest",
+    "seeds", "tmpfs",
 ]
