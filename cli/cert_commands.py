@@ -27,7 +27,7 @@ from typing import Any
 
 from bloomswarm.common.errors import CertificateError, ConfigError, FormatError
 
-from .arguments import count_value
+from .arguments import int_range
 from .commands import HELP
 
 CA_CERTIFICATE = "ca.crt"
@@ -37,6 +37,9 @@ KEY = "tls.key"
 DEFAULT_CA_NAME = "bloomswarm fleet CA"
 DEFAULT_CA_DAYS = 3650
 DEFAULT_DAYS = 365
+MAX_DAYS = 36_500
+"""``--days`` at most (100 years): ``tls_identity.MAX_DAYS``, not imported here (it loads
+cryptography, which parsing a command line must not)."""
 PUBLIC_MODE = 0o644
 KEY_MODE = 0o600
 
@@ -51,8 +54,8 @@ def register(commands: Any) -> None:
     init.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write (created)")
     init.add_argument("--name", default=DEFAULT_CA_NAME, metavar="NAME",
                       help=f"the CA's common name (default: {DEFAULT_CA_NAME!r})")
-    init.add_argument("--days", type=count_value, default=DEFAULT_CA_DAYS, metavar="N",
-                      help=f"days of validity (default: {DEFAULT_CA_DAYS})")
+    init.add_argument("--days", type=int_range(1, MAX_DAYS), default=DEFAULT_CA_DAYS, metavar="N",
+                      help=f"days of validity, 1 to {MAX_DAYS:,} (default: {DEFAULT_CA_DAYS})")
     init.add_argument("--force", action="store_true", help="replace existing files")
     init.set_defaults(handler=run_init_ca)
 
@@ -62,8 +65,8 @@ def register(commands: Any) -> None:
     issue.add_argument("--name", required=True, metavar="NAME",
                        help="the agent's common name (e.g. its host)")
     issue.add_argument("--out", required=True, type=Path, metavar="DIR", help="directory to write (created)")
-    issue.add_argument("--days", type=count_value, default=DEFAULT_DAYS, metavar="N",
-                       help=f"days of validity (default: {DEFAULT_DAYS})")
+    issue.add_argument("--days", type=int_range(1, MAX_DAYS), default=DEFAULT_DAYS, metavar="N",
+                       help=f"days of validity, 1 to {MAX_DAYS:,} (default: {DEFAULT_DAYS})")
     issue.add_argument("--force", action="store_true", help="replace existing files")
     issue.set_defaults(handler=run_issue)
 

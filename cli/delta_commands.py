@@ -10,9 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bloomswarm.common.errors import ConfigError
-
 from .commands import HELP
+from .output_files import check_output
 
 if TYPE_CHECKING:
     from bloomswarm.common.delta_format import DeltaHeader
@@ -45,17 +44,10 @@ def _sha256_value(text: str) -> bytes:
     return value
 
 
-def _check_output(output: Path) -> None:
-    if not output.parent.is_dir():
-        raise ConfigError(f"output directory does not exist: {output.parent}")
-    if output.is_dir():
-        raise ConfigError(f"output is a directory: {output} (give a file name)")
-
-
 def run_diff(args: argparse.Namespace) -> int:
     from bloomswarm.common.delta import make_delta
 
-    _check_output(args.output)
+    check_output(args.output, [args.old, args.new])
     header = make_delta(args.old, args.new, args.output)
     target_size = header.target.file_size
     print(f"wrote {args.output}: v{header.base_version} -> v{header.target_version}, "
@@ -68,7 +60,7 @@ def run_diff(args: argparse.Namespace) -> int:
 def run_patch(args: argparse.Namespace) -> int:
     from bloomswarm.common.delta import apply_delta
 
-    _check_output(args.output)
+    check_output(args.output, [args.base, args.delta])
     header = apply_delta(args.base, args.delta, args.output, expected_sha256=args.expected_sha256)
     print(f"wrote {args.output}: v{header.target_version} from v{header.base_version}, "
           f"{header.target.file_size:,} bytes, sha256 {header.target_sha256.hex()}")

@@ -21,6 +21,7 @@ from bloomswarm.common.params import Layout
 
 from .arguments import count_value, filter_version_value, fpp_value, layout_value, positive_int, seed_value
 from .commands import HELP
+from .output_files import check_output
 
 if TYPE_CHECKING:
     from bloomswarm.common.reader import Filter
@@ -84,13 +85,9 @@ def run_build(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.build import BuildSpec, build_filter
     from bloomswarm.publisher.sources import SourceSpec
 
-    if not args.output.parent.is_dir():
-        raise ConfigError(f"output directory does not exist: {args.output.parent}")
-    if args.output.is_dir():
-        raise ConfigError(f"output is a directory: {args.output} (give a file name)")
+    check_output(args.output, args.inputs)
     if args.engine != "dask" and (args.scheduler or args.workers):
         raise ConfigError("--scheduler and --workers need --engine dask")
-    _refuse_output_among_inputs(args.output, args.inputs)
     source = SourceSpec(args.inputs, key_type=args.key_type, csv_column=args.csv_column,
                         parquet_column=args.parquet_column)
     spec = BuildSpec(target_fpp=args.fpp, layout=args.layout, hash_seed=args.seed,
@@ -104,18 +101,6 @@ def run_build(args: argparse.Namespace) -> int:
           f"{p.num_bits / max(builder.key_count, 1):.2f} bits/key, k={p.num_probes}, "
           f"{header.file_size:,} bytes")
     return 0
-
-
-def _refuse_output_among_inputs(output: Path, inputs: list[str]) -> None:
-    """ConfigError when the output file is one of the local inputs, or inside an input
-    directory: the build would replace its own keys, or read a filter as keys next time."""
-    target = output.resolve()
-    for given in inputs:
-        if "://" in given:
-            continue
-        source = Path(given).resolve()
-        if target == source or (source.is_dir() and source in target.parents):
-            raise ConfigError(f"the output {output} is among the inputs ({given}): write it elsewhere")
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)

@@ -19,7 +19,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bloomswarm.common.errors import ConfigError, FormatError, ObjectNotFound, VerificationError
+from bloomswarm.common.errors import (
+    BloomswarmError,
+    ConfigError,
+    FormatError,
+    ObjectNotFound,
+    VerificationError,
+)
 from bloomswarm.common.filter_names import check_filter_name, filter_prefix
 
 from .commands import HELP
@@ -94,6 +100,9 @@ def register(commands: Any) -> None:
     sync.add_argument("--filter", type=filter_name_value, action="append", default=[],
                       metavar="NAME", dest="filter_names",
                       help="sync this filter (repeatable; default: every filters/NAME/latest.json)")
+    sync.add_argument("--replace-malformed", action="store_true",
+                      help="when index.json is malformed, replace it with an index of every filter "
+                           "(refused by default)")
     sync.set_defaults(handler=run_sync)
 
     show = sub.add_parser("show", help="print the verified index.json")
@@ -115,12 +124,21 @@ def run_sync(args: argparse.Namespace) -> int:
     if not names:
         print(f"no filters in {config.s3.url}/filters/: nothing to index")
         return 0
-    index = sync_index(store, names, signing_key, config.publisher_id)
+    failed: dict[str, str] = {}
+    index = sync_index(store, names, signing_key, config.publisher_id, failed=failed,
+                       replace_malformed=args.replace_malformed)
+    synced = [name for name in names if name not in failed]
     if index is None:
-        print(f"index.json up to date ({', '.join(names)}; a filter without latest.json is skipped)")
+        if synced:
+            print(f"index.json up to date ({', '.join(synced)}; a filter without latest.json is skipped)")
     else:
         print(f"index.json -> sequence {index.sequence}, {len(index.filters)} filters "
               f"({', '.join(index.filters)})")
+    if failed:
+        left = ", ".join(sorted(failed))
+        first = min(failed)
+        raise BloomswarmError(f"index.json: {len(failed)} filter(s) left as they were, their entry "
+                              f"unreadable: {left} ({first}: {failed[first]})")
     return 0
 
 

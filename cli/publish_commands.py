@@ -28,7 +28,13 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from bloomswarm.common.errors import BloomswarmError, ConfigError, FormatError, ObjectNotFound
+from bloomswarm.common.errors import (
+    BloomswarmError,
+    ConfigError,
+    FormatError,
+    ObjectNotFound,
+    VerificationError,
+)
 
 from .arguments import fpp_value, layout_value, pid_value, positive_int, seed_value, version_value
 from .commands import HELP
@@ -39,9 +45,10 @@ if TYPE_CHECKING:
     from bloomswarm.common.manifest import Manifest
     from bloomswarm.common.pointer import Pointer
     from bloomswarm.common.signing import SigningKey, VerifyKey
-    from bloomswarm.common.storage import S3ObjectStore
+    from bloomswarm.common.storage import ObjectStore, S3ObjectStore
     from bloomswarm.publisher.config import PublisherConfig
     from bloomswarm.publisher.publish import PublishResult
+    from bloomswarm.publisher.versions import LatestPointer, VersionFolder
 
 CONFIG_ENV = "BLOOMSWARM_CONFIG"
 
@@ -127,6 +134,9 @@ def register(commands: Any) -> None:
     pid.add_argument("--tracker-pid", type=pid_value, metavar="PID", help="the tracker's PID")
     sync.add_argument("--public-key", type=Path, action="append", default=[], metavar="PATH",
                       help="leave out versions not signed by these keys (repeatable)")
+    sync.add_argument("--allow-empty", action="store_true",
+                      help="write an empty whitelist when the bucket has no versions or none "
+                           "verifies (refused by default: the tracker would refuse every version)")
     sync.add_argument("--watch", action="store_true", help="keep syncing every --interval seconds")
     sync.add_argument("--interval", type=float, metavar="SECONDS", help="seconds between syncs (30)")
     sync.set_defaults(handler=run_tracker_sync)
@@ -317,7 +327,7 @@ def run_keygen(args: argparse.Namespace) -> int:
 
     private: Path = args.private_key
     public: Path = args.public or private.with_suffix(".pub")
-    if public == private:
+    if public == private or public.resolve() == private.resolve():  # adir/../key.pem too
         raise ConfigError(f"the public key needs another file name than {private}")
     for path in (private, public):
         if path.exists() or path.is_symlink():
@@ -350,13 +360,44 @@ def run_unpin(args: argparse.Namespace) -> int:
     config = _filter_config(bucket_config, args)
     signing_key = _signing_key(config)
     store = _open_store(config)
-    pointer = unpin(store, signing_key, _trusted_keys(config, signing_key), config.publisher_id)
+    public_keys = _trusted_keys(config, signing_key)
+    pointer = unpin(store, signing_key, public_keys, config.publisher_id)
     if pointer is None:
-        print("not pinned: latest.json already names the newest version")
+        print(_not_unpinned(store, public_keys))
     else:
         print(f"unpinned: latest.json -> v{pointer.version} (sequence {pointer.sequence})")
     _sync_index(bucket_config, args, signing_key)
     return 0
+
+
+def _not_unpinned(store: ObjectStore, public_keys: list[VerifyKey]) -> str:
+    """What ``unpin`` printing "not pinned" found: the version latest.json names, and why
+    it was left there (the newest version, or newer than every version that checks out)."""
+    from bloomswarm.publisher.pinning import check_version
+    from bloomswarm.publisher.versions import complete_versions, read_latest, scan_versions
+
+    current = read_latest(store)
+    if current is None:  # deleted since: the next unpin writes it
+        return "not pinned: latest.json was deleted meanwhile (run unpin again to write it)"
+    named = current.pointer.version
+    try:
+        check_version(store, named, public_keys)
+    except (ConfigError, FormatError, VerificationError) as exc:
+        problem = exc
+    else:
+        return f"not pinned: latest.json already names v{named}, the newest version"
+    newest: int | None = None
+    for version in reversed([v for v in complete_versions(scan_versions(store)) if v < named]):
+        try:
+            check_version(store, version, public_keys)
+        except (ConfigError, FormatError, VerificationError):
+            continue
+        newest = version
+        break
+    older = (f"the newest version that does is v{newest} (`bloomswarm pin {newest}` moves the "
+             "fleet there)" if newest is not None else "no older version does either")
+    return (f"not pinned: latest.json names v{named}, left there although it does not check out "
+            f"({problem}): unpin never moves latest.json back; {older}")
 
 
 def run_refresh(args: argparse.Namespace) -> int:
@@ -389,15 +430,32 @@ def _refreshed(pointer: Pointer) -> str:
 
 
 def run_versions(args: argparse.Namespace) -> int:
-    from bloomswarm.publisher.versions import read_latest, read_manifest, scan_versions
+    from bloomswarm.publisher.versions import read_latest, scan_versions
 
     config = _filter_config(load_cli_config(args), args)
     store = _open_store(config)
-    latest = read_latest(store)
+    unreadable: FormatError | None = None
+    try:
+        latest = read_latest(store)
+    except FormatError as exc:  # list the versions all the same, then say so
+        latest, unreadable = None, exc
     folders = scan_versions(store)
     if not folders:
         print(f"no versions in {config.s3.url}")
-        return 0
+    else:
+        _print_versions(store, folders, latest)
+    if unreadable is not None:
+        raise FormatError(f"latest.json is unreadable: {unreadable} (versions listed without it; "
+                          "to replace it, delete it, then publish or pin)")
+    return 0
+
+
+def _print_versions(
+    store: ObjectStore, folders: dict[int, VersionFolder], latest: LatestPointer | None
+) -> None:
+    """The table of ``versions``: newest first, ``latest`` marked."""
+    from bloomswarm.publisher.versions import read_manifest
+
     print(f"{'VERSION':>7}  {'STATE':<20} {'SIZE':>15}  {'CREATED (UTC)':<19}  {'KEYS':<13}  DELTAS FROM")
     for version in sorted(folders, reverse=True):
         folder = folders[version]
@@ -417,7 +475,6 @@ def run_versions(args: argparse.Namespace) -> int:
                 keys = f"{manifest.filter.key_count:,}"
                 deltas = _deltas_column(manifest)
         print(f"{version:>7}  {state:<20} {size:>15}  {created:<19}  {keys:<13}  {deltas}".rstrip())
-    return 0
 
 
 def _created_column(created_at: int) -> str:
@@ -438,12 +495,13 @@ def _deltas_column(manifest: Manifest) -> str:
 
 def run_tracker_sync(args: argparse.Namespace) -> int:
     from bloomswarm.common.signing import load_public_keys
-    from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
+    from bloomswarm.publisher.tracker_sync import check_whitelist_path, read_pid_file, sync_whitelist
 
     config = load_cli_config(args)
     if config.tracker.whitelist is None:
         raise ConfigError("no whitelist file: pass --whitelist or set tracker.whitelist")
     whitelist = config.tracker.whitelist
+    check_whitelist_path(whitelist)  # a FIFO or a device: refused before the bucket is read
     store = _open_store(config)
     # The publisher's own key too, when configured: during a key rotation the new versions
     # are signed by it while accepted_public_keys still names the old one.
@@ -455,7 +513,8 @@ def run_tracker_sync(args: argparse.Namespace) -> int:
         pid = args.tracker_pid
         if pid is None and config.tracker.pid_file is not None:
             pid = read_pid_file(config.tracker.pid_file)
-        result = sync_whitelist(store, whitelist, public_keys=keys, tracker_pid=pid)
+        result = sync_whitelist(store, whitelist, public_keys=keys, tracker_pid=pid,
+                                allow_empty=args.allow_empty)
         versions = _ranges(result.versions) or "none"
         versions += "".join(f"; filter {name} {_ranges(list(numbers))}"
                             for name, numbers in result.filter_versions.items())

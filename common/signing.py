@@ -14,6 +14,7 @@ signature that no pinned key accepts raises VerificationError. Keys given as byt
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
@@ -98,26 +99,48 @@ def write_keypair(private_path: Path, public_path: Path, *, overwrite: bool = Fa
     The private key file gets mode 0600, the public one 0644. Each file is written to a
     temporary name, fsynced, then linked into place, so a crash leaves no half-written key.
     Without ``overwrite``, an existing file at either path raises ConfigError and nothing
-    is written.
+    is written. When the public key cannot be written (ConfigError), the private key file
+    this call just wrote is removed again: no private key is left without its public half.
     """
     private_path, public_path = Path(private_path), Path(public_path)
+    if private_path.resolve() == public_path.resolve():
+        raise ConfigError(f"the public key needs another file name than {private_path}")
     if not overwrite:
         for path in (private_path, public_path):
             if path.exists() or path.is_symlink():
-                raise ConfigError(f"{path} already exists (pass overwrite=True to replace it)")
+                raise ConfigError(f"{path} already exists: refusing to overwrite a key")
     private_pem, public_pem = generate_keypair()
     _write_atomic(private_path, private_pem, 0o600, overwrite=overwrite)
-    _write_atomic(public_path, public_pem, 0o644, overwrite=overwrite)
+    try:
+        _write_atomic(public_path, public_pem, 0o644, overwrite=overwrite)
+    except BaseException:
+        _remove_if_written(private_path, private_pem)
+        raise
     return key_id(load_public_keys([public_pem])[0])
+
+
+def _remove_if_written(path: Path, data: bytes) -> None:
+    """Remove ``path`` if it is still the regular file this call wrote, holding ``data``
+    (a new private key: no other file holds it), not a file that replaced it since."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            ours = stat.S_ISREG(os.fstat(handle.fileno()).st_mode) and handle.read(len(data) + 1) == data
+        if ours:
+            path.unlink()
 
 
 def _write_atomic(path: Path, data: bytes, mode: int, *, overwrite: bool) -> None:
     """Write ``data`` to ``path`` with ``mode``; ConfigError on failure or an existing file."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # FileExistsError too: a file where the folder should be
+        raise ConfigError(f"cannot write {path}: cannot make its folder {path.parent}: "
+                          f"{exc.strerror or exc}") from exc
+    try:
         write_atomically(path, [data], mode=mode, overwrite=overwrite)
     except FileExistsError as exc:
-        raise ConfigError(f"{path} already exists (pass overwrite=True to replace it)") from exc
+        raise ConfigError(f"{path} already exists: refusing to overwrite a key") from exc
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
 

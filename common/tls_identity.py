@@ -58,6 +58,10 @@ MAX_NAME_LENGTH = 64
 """X.509's upper bound on a common name (ub-common-name), in bytes of UTF-8 (what
 cryptography measures: 16 characters of U+10000 and above already make 64)."""
 
+MAX_DAYS = 36_500
+"""The longest validity a certificate is made with, in days (100 years). ``certs``'
+``--days`` has the same bound (``cli/cert_commands.py``)."""
+
 SigningKey = (ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey | ed25519.Ed25519PrivateKey
               | ed448.Ed448PrivateKey | dsa.DSAPrivateKey)
 """The private keys that can sign a certificate or a TLS handshake."""
@@ -317,7 +321,8 @@ def make_ca(name: str, *, days: int, now: dt.datetime) -> tuple[bytes, bytes]:
     """A new fleet CA: (certificate PEM, PKCS#8 key PEM). Self-signed, EC P-256, SHA-256,
     CN ``name``, valid from :data:`CLOCK_SKEW` before ``now`` for ``days`` days;
     BasicConstraints ca=True, path length 0, and KeyUsage keyCertSign + cRLSign, both
-    critical. ValueError: an empty or too long name, ``days`` < 1, a naive ``now``."""
+    critical. ValueError: an empty or too long name, ``days`` outside 1 .. :data:`MAX_DAYS`,
+    a naive ``now``."""
     subject = _name(name)
     not_before, not_after = _validity(days, now)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -352,7 +357,8 @@ def issue_certificate(
 
     EC P-256, SHA-256, CN ``name``, SAN DNS ``*`` (every torrent of the CA), no
     extendedKeyUsage; valid from :data:`CLOCK_SKEW` before ``now`` for ``days`` days.
-    ValueError: an empty or too long name, ``days`` < 1, a naive ``now``.
+    ValueError: an empty or too long name, ``days`` outside 1 .. :data:`MAX_DAYS`, a naive
+    ``now``.
     CertificateError: the CA certificate is no PEM CA certificate, the key is no PEM key or
     not the CA's, or the new certificate would outlive the CA.
     """
@@ -403,10 +409,17 @@ def _name(name: str) -> x509.Name:
 
 
 def _validity(days: int, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """(not before, not after); ValueError for ``days`` outside 1 .. :data:`MAX_DAYS`, or
+    an end past what a date can hold (year 9999)."""
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
+    if days > MAX_DAYS:
+        raise ValueError(f"days must be at most {MAX_DAYS:,} (100 years), got {days:,}")
     now = _aware(now)
-    return now - CLOCK_SKEW, now + dt.timedelta(days=days)
+    try:
+        return now - CLOCK_SKEW, now + dt.timedelta(days=days)
+    except OverflowError:
+        raise ValueError(f"{days:,} days from {now:%Y-%m-%d} is past the year 9999") from None
 
 
 # --- describing -------------------------------------------------------------------------------

@@ -19,10 +19,24 @@ pointer that a faster one already replaced. Entries of names not synced are kept
 they are; a filter is never removed from the index here. An entry that does not parse
 (written by a newer or broken writer) is carried over verbatim, and replaced when its
 filter is synced.
+
+A filter whose entry cannot be read (its ``latest.json`` or manifest is malformed, or its
+objects stay missing) does not hold up the others when the caller asks for that
+(``failed``): its entry in the index is left as it was (none when it had none), and the
+caller reports it.
+
+With no ``index.json`` to replace, the first one's ``sequence`` follows
+:func:`~.latest.first_sequence`: 1 for a new bucket's first index (one filter, at its first
+``latest.json``), the current Unix time otherwise, so that agents that saw a deleted
+index's sequence accept the new one rather than refuse it as a replay. A malformed
+``index.json`` is refused (FormatError) unless the caller asks to replace it
+(``replace_malformed``); its replacement lists every filter in the bucket, with a sequence
+above both the Unix time and the one the broken index shows, if any.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -30,7 +44,14 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from bloomswarm.common.bucket_layout import INDEX_KEY, LATEST_KEY, signature_key_of
-from bloomswarm.common.errors import FormatError, ObjectNotFound, PreconditionFailed, StorageError
+from bloomswarm.common.document_fields import MAX_INT
+from bloomswarm.common.errors import (
+    BloomswarmError,
+    FormatError,
+    ObjectNotFound,
+    PreconditionFailed,
+    StorageError,
+)
 from bloomswarm.common.filter_index import (
     INLINE_TORRENT_MAX,
     FilterIndex,
@@ -44,6 +65,8 @@ from bloomswarm.common.pointer import read_pointer_unverified
 from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import ObjectStore
+
+from .latest import first_sequence
 
 log = logging.getLogger("bloomswarm.filter_index")
 
@@ -147,8 +170,13 @@ def merge_entries(
     return merged if changed else None
 
 
-def _read_index(root_store: ObjectStore) -> tuple[FilterIndex | None, str | None]:
-    """The current index (signature not checked) and its ETag; (None, None) when absent."""
+REPLACE_MALFORMED_HINT = ("`bloomswarm index sync --replace-malformed` rebuilds it from every "
+                          "filter's latest.json")
+"""How a malformed ``index.json`` is replaced, as its FormatError says."""
+
+
+def _read_index(root_store: ObjectStore) -> tuple[bytes | None, str | None]:
+    """The current index's bytes and ETag; (None, None) when absent."""
     try:
         stored = root_store.get(INDEX_KEY)
     except ObjectNotFound:
@@ -156,7 +184,61 @@ def _read_index(root_store: ObjectStore) -> tuple[FilterIndex | None, str | None
             return None, None
         raise
     assert stored is not None
-    return read_index_unverified(stored.data), stored.etag
+    return stored.data, stored.etag
+
+
+def _shown_sequence(data: bytes) -> int:
+    """The ``sequence`` a malformed index still shows (``{"index": {"sequence": N}}``), 0
+    when it shows none or none a valid index could carry: the replacement's must be above
+    it."""
+    try:
+        value = json.loads(data)["index"]["sequence"]
+    except (ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return 0
+    valid = isinstance(value, int) and not isinstance(value, bool) and 0 < value < MAX_INT
+    return value if valid else 0  # beyond MAX_INT no agent accepted it: no bound to keep above
+
+
+def _read_entries(
+    root_store: ObjectStore, names: list[str], failed: dict[str, str] | None
+) -> dict[str, IndexEntry]:
+    """The entries of the filters ``names`` that have ``latest.json`` (read in parallel).
+
+    A filter whose entry cannot be read (FormatError, StorageError) raises, the first in
+    name order, when ``failed`` is None; otherwise it is logged, recorded in ``failed``
+    (name -> why) and left out."""
+    def read(name: str) -> IndexEntry | BloomswarmError | None:
+        try:
+            return read_entry(root_store, name)
+        except (FormatError, StorageError) as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(READ_WORKERS, len(names)))) as pool:
+        entries = list(pool.map(read, names))
+    fresh: dict[str, IndexEntry] = {}
+    for name, found in zip(names, entries, strict=True):
+        if isinstance(found, BloomswarmError):
+            if failed is None:
+                raise found
+            log.warning("index: filter %r left as the index has it: %s", name, found)
+            failed[name] = str(found)
+        elif found is None:
+            log.info("index: filter %r has no latest.json yet; skipped", name)
+        else:
+            fresh[name] = found
+    return fresh
+
+
+def _first_sequence(root_store: ObjectStore, fresh: Mapping[str, IndexEntry], now: float) -> int:
+    """The sequence of an ``index.json`` written where there is none, by the rule of
+    :func:`~.latest.first_sequence`: 1 for a new bucket's first index (its one filter, at
+    its first ``latest.json``); otherwise the Unix time ``now``. A missing index with
+    filters that moved before is a recovery (an operator deleted a corrupt one): agents
+    saw sequences up to the number of earlier writes, far below the time, and would
+    refuse a restart at 1 as a replay."""
+    new_bucket = (len(fresh) == 1 and all(_sequence(e) == 1 for e in fresh.values())
+                  and filter_names_in(root_store) == list(fresh))
+    return first_sequence(1 if new_bucket else 2, now)  # as for version 1, or a later one
 
 
 def sync_index(
@@ -167,28 +249,44 @@ def sync_index(
     *,
     now: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    failed: dict[str, str] | None = None,
+    replace_malformed: bool = False,
 ) -> FilterIndex | None:
     """Bring the entries of filters ``names`` in ``index.json`` up to date (module
     docstring); return the index written, or None when nothing changed.
 
     A filter without ``filters/NAME/latest.json`` is skipped (logged). ValueError for an
-    invalid name; FormatError when index.json, or a filter's latest.json or manifest, is
-    malformed; StorageError after :data:`MAX_INDEX_ATTEMPTS` lost races, and as the store
-    raises it.
+    invalid name; FormatError when index.json is malformed (unless ``replace_malformed``:
+    then it is replaced by an index of every filter in the bucket), and when a filter's
+    latest.json or manifest is malformed; StorageError after :data:`MAX_INDEX_ATTEMPTS`
+    lost races, and as the store raises it.
+
+    With ``failed`` (a dict), a filter whose entry cannot be read (FormatError,
+    StorageError) does not stop the others: it is logged and recorded there (name -> why),
+    and its entry in the index is left as it was; the caller reports it.
     """
     wanted = sorted({check_filter_name(name) for name in names})
-    fresh: dict[str, IndexEntry] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(READ_WORKERS, len(wanted)))) as pool:
-        entries = list(pool.map(lambda name: read_entry(root_store, name), wanted))
-    for name, found in zip(wanted, entries, strict=True):
-        if found is None:
-            log.info("index: filter %r has no latest.json yet; skipped", name)
-            continue
-        fresh[name] = found
-    if not fresh:
+    fresh = _read_entries(root_store, wanted, failed)
+    if not fresh and not replace_malformed:
         return None
     for attempt in range(1, MAX_INDEX_ATTEMPTS + 1):
-        current, etag = _read_index(root_store)
+        data, etag = _read_index(root_store)
+        current: FilterIndex | None = None
+        sequence_above = 0  # a malformed index being replaced: the sequence it shows
+        if data is not None:
+            try:
+                current = read_index_unverified(data)
+            except FormatError as exc:
+                if not replace_malformed:
+                    raise FormatError(f"{INDEX_KEY} is malformed ({exc}): {REPLACE_MALFORMED_HINT}") from exc
+                log.warning("index: %s is malformed (%s); replacing it with an index of every filter",
+                            INDEX_KEY, exc)
+                sequence_above = _shown_sequence(data)
+                others = [n for n in filter_names_in(root_store)
+                          if n not in fresh and (failed is None or n not in failed)]
+                fresh.update(_read_entries(root_store, others, failed))
+        if not fresh:
+            return None
         merged = merge_entries(current, fresh)
         if merged is None:
             log.info("index: %s already up to date", INDEX_KEY)
@@ -197,19 +295,25 @@ def sync_index(
                    if n not in merged}
         for name, bad in carried.items():
             log.warning("index: entry %r does not parse (%s); carried over unchanged", name, bad.problem)
+        if current is not None:
+            sequence = current.sequence + 1
+        elif data is not None:  # replacing a malformed index: never a new bucket's first
+            sequence = max(first_sequence(2, now()), sequence_above + 1)  # (2: not version 1)
+        else:
+            sequence = _first_sequence(root_store, fresh, now())
         index = FilterIndex(
-            sequence=current.sequence + 1 if current is not None else 1,
+            sequence=sequence,
             issued_at=int(now()),
             publisher_id=publisher_id,
             filters=merged,
             unreadable=carried,
         )
-        data = seal_index(index, signing_key)
+        signed = seal_index(index, signing_key)
         try:
             if etag is None:
-                root_store.put(INDEX_KEY, data, if_none_match_any=True, content_type="application/json")
+                root_store.put(INDEX_KEY, signed, if_none_match_any=True, content_type="application/json")
             else:
-                root_store.put(INDEX_KEY, data, if_match=etag, content_type="application/json")
+                root_store.put(INDEX_KEY, signed, if_match=etag, content_type="application/json")
         except (PreconditionFailed, ObjectNotFound):  # moved or deleted meanwhile
             delay = backoff_s(attempt)
             log.info("index: %s changed while writing it (round %d); reading it again in %.2fs",
@@ -229,6 +333,7 @@ def sync_index(
 
 __all__ = [
     "MAX_INDEX_ATTEMPTS",
+    "REPLACE_MALFORMED_HINT",
     "filter_names_in",
     "merge_entries",
     "read_entry",

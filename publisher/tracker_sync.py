@@ -12,6 +12,12 @@ has a torrent of its own).
 Every complete version of the bucket's own layout and of each named filter's folder
 (``filters/NAME/``) is listed: one tracker serves them all.
 
+An empty whitelist makes the tracker refuse every announce, so a sync that finds nothing
+to list does not write one without ``allow_empty`` when every version was left out (a
+wrong public key) or when the file it would replace lists hashes (a wrong bucket or
+prefix). The whitelist's path must be a regular file or nothing: a FIFO would block the
+read, and the atomic write would replace a device, a socket or a symbolic link.
+
 The file is replaced atomically and only when its content changes, and the tracker is
 sent SIGHUP only then: running the sync again changes nothing. The process named by the
 PID must be opentracker (its ``/proc/PID/comm``), checked before the file is written: a
@@ -30,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +63,8 @@ class SyncResult:
     """Versions of the bucket's own layout whose hashes are in the whitelist."""
     filter_versions: dict[str, tuple[int, ...]]
     """The same for each named filter (``filters/NAME/``) that has versions."""
+    left_out: int
+    """Complete versions left out because they did not verify (or were malformed)."""
     hashes: tuple[str, ...]
     """The whitelist's lines."""
     changed: bool
@@ -102,6 +111,7 @@ def sync_whitelist(
     public_keys: Sequence[VerifyKey] = (),
     tracker_pid: int | None = None,
     proc: Path = Path("/proc"),
+    allow_empty: bool = False,
 ) -> SyncResult:
     """Make ``whitelist`` list the info-hashes of every complete version in ``store``, its
     own and each named filter's.
@@ -110,14 +120,26 @@ def sync_whitelist(
     logged). When the content changed and ``tracker_pid`` is given, that process gets
     SIGHUP; ConfigError, with the file left as it was, when it does not exist or is not
     opentracker (``proc``: where to read its name).
+
+    An empty result is refused (ConfigError, the file left as it was) unless
+    ``allow_empty``: when the store has versions but every one was left out (a wrong
+    public key), and when it would replace a whitelist that lists hashes (a wrong bucket
+    or prefix: every tracker would stop serving the fleet). ConfigError too when
+    ``whitelist`` exists and is not a regular file (a FIFO, a device, a symbolic link):
+    it is neither read nor replaced.
     """
-    own = _manifests(store, public_keys, "")
-    filters = {name: _manifests(PrefixedStore(store, filter_prefix(name)), public_keys, f"filter {name!r} ")
+    check_whitelist_path(whitelist)  # before the bucket is read
+    left_out: list[str] = []
+    own = _manifests(store, public_keys, "", left_out)
+    filters = {name: _manifests(PrefixedStore(store, filter_prefix(name)), public_keys,
+                                f"filter {name!r} ", left_out)
                for name in filter_names_in(store)}
     everything = [*own, *(m for manifests in filters.values() for m in manifests)]
     lines = whitelist_lines(everything)
     content = "".join(f"{line}\n" for line in lines).encode("ascii")
     previous = _read_or_none(whitelist)
+    if not lines and not allow_empty:
+        _refuse_empty(whitelist, previous, left_out, bool(public_keys))
     changed = previous != content
     signalled: int | None = None
     if changed:
@@ -136,12 +158,31 @@ def sync_whitelist(
             signalled = tracker_pid
     return SyncResult(tuple(m.version for m in own),
                       {name: tuple(m.version for m in ms) for name, ms in filters.items() if ms},
-                      tuple(lines), changed, signalled)
+                      len(left_out), tuple(lines), changed, signalled)
 
 
-def _manifests(store: ObjectStore, public_keys: Sequence[VerifyKey], what: str) -> list[Manifest]:
+def _refuse_empty(whitelist: Path, previous: bytes | None, left_out: list[str], verified: bool) -> None:
+    """ConfigError when an empty whitelist is no outcome to write without ``allow_empty``:
+    every version was left out, or the whitelist being replaced lists hashes."""
+    if left_out:
+        why, hint = (("verified with the public keys given", "wrong --public-key? ") if verified
+                     else ("could be read", ""))
+        raise ConfigError(
+            f"none of the {len(left_out)} versions in the bucket {why} ({left_out[0]}): "
+            f"whitelist {whitelist} left as it was ({hint}--allow-empty writes an empty whitelist)")
+    if previous is not None and previous.strip():
+        count = len(previous.split())
+        raise ConfigError(
+            f"no versions in the bucket: not replacing whitelist {whitelist} ({count} hashes) "
+            "with an empty one, which would make the tracker refuse every version (wrong "
+            "--bucket or --prefix? --allow-empty writes it)")
+
+
+def _manifests(
+    store: ObjectStore, public_keys: Sequence[VerifyKey], what: str, left_out: list[str]
+) -> list[Manifest]:
     """The manifests of the complete versions in ``store`` (verified with ``public_keys``
-    when given; those that fail are logged and left out)."""
+    when given; those that fail are logged, left out and named in ``left_out``)."""
     manifests: list[Manifest] = []
     for version in complete_versions(scan_versions(store)):
         try:
@@ -154,6 +195,7 @@ def _manifests(store: ObjectStore, public_keys: Sequence[VerifyKey], what: str) 
             continue  # deleted by retention since the listing
         except (FormatError, VerificationError) as exc:
             log.warning("leaving %sv%d out of the whitelist: %s", what, version, exc)
+            left_out.append(f"{what}v{version}: {exc}")
     return manifests
 
 
@@ -173,7 +215,38 @@ def check_tracker(pid: int, proc: Path = Path("/proc")) -> None:
                           "nothing signalled, the whitelist left as it was")
 
 
+def check_whitelist_path(path: Path) -> None:
+    """ConfigError when ``path`` exists and is not a regular file (a FIFO, a device, a
+    socket, a directory, a symbolic link): a whitelist there is neither read nor
+    replaced."""
+    _check_regular_or_absent(path)
+
+
+def _check_regular_or_absent(path: Path) -> bool:
+    """Whether ``path`` exists; ConfigError when it exists and is not a regular file (by
+    ``lstat``: a symbolic link is not followed). A FIFO would block the read forever, and
+    the atomic write would replace a device, a socket or a link with a regular file."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(mode):
+        raise ConfigError(f"whitelist {path} is {_file_kind(mode)}, not a regular file: "
+                          "give the path of the whitelist file itself")
+    return True
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
 def _write(path: Path, content: bytes) -> None:
+    _check_regular_or_absent(path)
     try:
         write_atomically(path, [content], mode=0o644)
     except OSError as exc:
@@ -189,12 +262,25 @@ def _restore(path: Path, previous: bytes | None) -> None:
 
 
 def _read_or_none(path: Path) -> bytes | None:
+    """The whitelist's content; None when absent. ConfigError when it is not a regular
+    file (checked before opening it, and on the open file: never blocks on a FIFO)."""
+    if not _check_regular_or_absent(path):
+        return None
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):  # swapped since the lstat
+            raise ConfigError(f"whitelist {path} is {_file_kind(mode)}, not a regular file: "
+                              "give the path of the whitelist file itself")
+        try:
+            return handle.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
 
 
 def _reload(pid: int) -> None:

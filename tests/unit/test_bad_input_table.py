@@ -102,7 +102,8 @@ class Fixtures:
     keys; {empty} an empty file; {filter} a valid filter file; {junk} a file of text that
     is no filter; {truncated} a valid filter cut short; {corrupt} a valid filter with one
     body byte changed; {filter_next}, {delta}, {delta_truncated}, {delta_corrupt},
-    {filter_resized}: see :meth:`_delta_files`; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
+    {filter_resized}: see :meth:`_delta_files`; {fifo} a named pipe (FIFO), which no row may
+    read or write; {priv} / {pub} an Ed25519 key pair; {priv_0644}, {priv_0640},
     {priv_0604} Ed25519 private keys with that mode; {rsa_priv} / {rsa_pub} an RSA
     pair; {toml_*} config files (see :meth:`_configs`); {certs_*} certificate directories (see
     :meth:`_certificate_dirs`); {busy_port} a loopback port this module listens on.
@@ -114,6 +115,8 @@ class Fixtures:
         keys.write_text("".join(f"key-{i}\n" for i in range(200)), encoding="utf-8")
         self._file("keys", keys)
         self._file("empty", root / "empty.txt", b"")
+        os.mkfifo(root / "fifo")  # a named pipe: an output or whitelist there is refused
+        self._file("fifo", root / "fifo")
         builder = FilterBuilder.for_capacity(200, 0.01)
         builder.add_many([f"key-{i}" for i in range(200)])
         good = root / "good.bsf"

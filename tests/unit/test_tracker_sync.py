@@ -91,8 +91,12 @@ def test_hybrid_versions_add_their_truncated_v2_hashes(tmp_path: Path) -> None:
 
 def test_versions_signed_by_an_unknown_key_are_left_out(tmp_path: Path) -> None:
     store = _published(2)
-    result = sync_whitelist(store, tmp_path / "w", public_keys=[new_key().public_key()])
-    assert result.versions == () and (tmp_path / "w").read_text() == ""
+    other = new_key().public_key()
+    with pytest.raises(ConfigError, match="none of the 2 versions in the bucket verified"):
+        sync_whitelist(store, tmp_path / "w", public_keys=[other])  # every one left out
+    assert not (tmp_path / "w").exists()
+    result = sync_whitelist(store, tmp_path / "w", public_keys=[other], allow_empty=True)
+    assert result.versions == () and result.left_out == 2 and (tmp_path / "w").read_text() == ""
 
 
 def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> None:

@@ -1,0 +1,82 @@
+"""``versions`` lists the versions even when latest.json is malformed (then exits 1 saying
+so), and ``unpin``'s "not pinned" line says which version latest.json names and why it was
+left there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key
+from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.storage import MemoryObjectStore
+from bloomswarm.publisher.publish import publish_filter
+from tests.unit import publishing_helpers
+from tests.unit.publishing_helpers import make_builder, make_config
+
+clean_env = publishing_helpers.clean_env  # a fixture
+
+CONFIG = make_config()
+
+
+def _key(tmp_path: Path) -> tuple[SigningKey, Path]:
+    private, _public = generate_keypair()
+    path = tmp_path / "publisher.key"
+    path.write_bytes(private)
+    path.chmod(0o600)
+    return parse_private_key(private), path
+
+
+def _published(key: SigningKey, count: int) -> MemoryObjectStore:
+    store = MemoryObjectStore()
+    for n in range(count):
+        publish_filter(store, CONFIG, make_builder([f"k{n}"]), key, "f", progress=False)
+    return store
+
+
+def _main(monkeypatch: pytest.MonkeyPatch, store: MemoryObjectStore, *argv: str) -> int:
+    import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before the patch)
+    from bloomswarm.main import main
+
+    monkeypatch.setattr("bloomswarm.publish_commands._open_store", lambda _config: store)
+    return main(["-q", *argv, "--bucket", "filters"])
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_versions_lists_the_versions_when_latest_json_is_malformed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key, _path = _key(tmp_path)
+    store = _published(key, 2)
+    assert _main(monkeypatch, store, "versions") == 0
+    assert "latest" in capsys.readouterr().out.splitlines()[1]
+    store.put(LATEST_KEY, b"junk")
+    assert _main(monkeypatch, store, "versions") == 1
+    captured = capsys.readouterr()
+    rows = captured.out.splitlines()
+    assert rows[0].split()[:2] == ["VERSION", "STATE"]
+    assert [row.split()[:2] for row in rows[1:]] == [["2", "complete"], ["1", "complete"]]
+    assert captured.err.splitlines() == [
+        "bloomswarm versions: error: latest.json is unreadable: pointer envelope is not valid JSON: "
+        "Expecting value at offset 0 (versions listed without it; to replace it, delete it, then "
+        "publish or pin)"]
+
+
+@pytest.mark.usefixtures("clean_env")
+def test_unpin_says_which_version_latest_json_names_and_why_it_was_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key, key_file = _key(tmp_path)
+    store = _published(key, 3)
+    assert _main(monkeypatch, store, "unpin", "--key", str(key_file)) == 0
+    assert capsys.readouterr().out == "not pinned: latest.json already names v3, the newest version\n"
+    # v3's signature no longer matches (its files are being replaced): the newest valid
+    # version is v2, older than what latest.json names, and unpin never moves it back.
+    store.put(signature_key(3), store.get(signature_key(2)).data)  # type: ignore[union-attr]
+    assert _main(monkeypatch, store, "unpin", "--key", str(key_file)) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("not pinned: latest.json names v3, left there although it does not check "
+                           "out (")
+    assert line.endswith("): unpin never moves latest.json back; the newest version that does is v2 "
+                         "(`bloomswarm pin 2` moves the fleet there)")
