@@ -307,6 +307,7 @@ def sync_index(
             publisher_id=publisher_id,
             filters=merged,
             unreadable=carried,
+            extra=current.extra if current is not None else {},  # a newer writer's fields
         )
         signed = seal_index(index, signing_key)
         try:

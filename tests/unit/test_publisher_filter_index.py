@@ -165,6 +165,22 @@ def test_an_entry_that_does_not_parse_is_carried_over_until_its_filter_is_synced
     assert index is not None and sorted(index.filters) == ["a", "b"] and list(index.unreadable) == ["Upper"]
 
 
+def test_a_newer_writers_top_level_fields_are_carried_over() -> None:
+    """Unknown top-level fields of the index (a newer publisher's) survive an older
+    writer's sync, as entries it cannot read do."""
+    root = MemoryObjectStore()
+    publish(root, "a")
+    written = sync_index(root, ["a"], KEY, "p")
+    assert written is not None
+    payload = written.to_dict()
+    payload["mirrors"] = ["https://cdn.example/"]
+    root.put(INDEX_KEY, seal_envelope("index", payload, KEY))
+    publish(root, "a", "changed")
+    index = sync_index(root, ["a"], KEY, "p")
+    assert index is not None and index.sequence == written.sequence + 1
+    assert dict(read_index(root).extra) == {"mirrors": ["https://cdn.example/"]}
+
+
 def test_missing_objects_under_latest_json_raise_storage_error() -> None:
     root = MemoryObjectStore()
     publish(root, "a")
