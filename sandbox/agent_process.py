@@ -33,7 +33,9 @@ def _toml(value: object) -> str:
 
 
 class AgentProcess:
-    """One agent process with its own data directory and status port on 127.0.0.1."""
+    """One agent process with its own data directory and status port on 127.0.0.1, on the
+    agent's default settings but for the bucket, the status port and ``tables`` (config
+    tables by name; ``""`` holds top-level settings such as ``resume_save_interval_s``)."""
 
     def __init__(
         self,
@@ -50,21 +52,17 @@ class AgentProcess:
         self.data_dir = root / "data"
         self.port = free_port()
         self.log_path = root / "agent.log"
+        top_level: dict[str, object] = {"data_dir": self.data_dir, "public_keys": [public_key],
+                                         "transfer": transfer}
         settings: dict[str, dict[str, object]] = {
-            "s3": {"bucket": s3.bucket, "prefix": s3.prefix, "region": s3.region or "us-east-1",
-                   "connect_timeout_s": 1.0, "read_timeout_s": 5.0, "max_attempts": 1},
-            "watch": {"poll_interval_s": 0.2, "poll_jitter_s": 0.1, "retry_initial_s": 0.2,
-                      "retry_max_s": 1.0},
-            "install": {"disk_margin_bytes": 0},
+            "s3": {"bucket": s3.bucket, "prefix": s3.prefix, "region": s3.region or "us-east-1"},
             "status": {"port": self.port},
-            "direct": {"timeout_s": 5.0},
         }
         if s3.endpoint_url:
             settings["s3"]["endpoint_url"] = s3.endpoint_url
         for table, values in (tables or {}).items():
-            settings.setdefault(table, {}).update(values)
-        lines = [f"data_dir = {_toml(self.data_dir)}", f"public_keys = {_toml([public_key])}",
-                 f"transfer = {_toml(transfer)}", "resume_save_interval_s = 0.5", ""]
+            (top_level if table == "" else settings.setdefault(table, {})).update(values)
+        lines = [f"{key} = {_toml(value)}" for key, value in top_level.items()] + [""]
         for table, values in settings.items():
             lines.append(f"[{table}]")
             lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())

@@ -107,7 +107,10 @@ class FleetSpec:
     swarm: Mapping[str, object] = field(default_factory=dict)
     """Extra ``[swarm]`` settings for every agent (override the fleet's)."""
     agent_tables: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
-    """Extra settings per config table for every agent, e.g. ``{"watch": {...}}``."""
+    """Extra settings per config table for every agent, e.g. ``{"watch": {...}}`` (``""``:
+    top-level settings). Without them an agent runs on the agent's defaults but for its
+    addresses, discovery, rate caps, ``allow_private_origin``, the poll interval and
+    ``keep_versions``."""
     private: bool = False
     """A private swarm: the fleet makes a CA (``root/pki``), the publisher puts it into
     every torrent, and each agent gets a certificate from it and ``require_private``."""
@@ -344,7 +347,9 @@ class LocalFleet(Service):
     # --- agents -----------------------------------------------------------------------------
 
     def agent_settings(self, index: int) -> dict[str, dict[str, object]]:
-        """Agent ``index``'s config tables (beyond what AgentProcess sets itself)."""
+        """Agent ``index``'s config tables (beyond what AgentProcess sets itself): addresses,
+        discovery, rate caps and the spec's poll interval and versions kept; the agent's
+        defaults for the rest."""
         spec = self.spec
         port = free_port(udp=True)
         if index == 0:
@@ -364,12 +369,12 @@ class LocalFleet(Service):
         if spec.private:
             swarm.update(certificate_dirs=[str(self._agent_identity(index))], require_private=True)
         swarm.update(spec.swarm)
+        # Everything else is the agent's default: what a deployment gets is what is measured.
         tables: dict[str, dict[str, object]] = {
             "swarm": swarm,
             "watch": {"poll_interval_s": spec.poll_interval_s, "poll_jitter_s": spec.poll_interval_s / 2},
-            "install": {"disk_margin_bytes": 0, "keep_versions": spec.keep_versions},
-            "direct": {"timeout_s": 30.0, "rate_limit_bytes_per_s": spec.download_rate_limit},
-            "s3": {"read_timeout_s": 30.0, "max_attempts": 3},
+            "install": {"keep_versions": spec.keep_versions},
+            "direct": {"rate_limit_bytes_per_s": spec.download_rate_limit},
         }
         for table, values in spec.agent_tables.items():
             tables.setdefault(table, {}).update(values)

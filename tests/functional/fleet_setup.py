@@ -8,7 +8,7 @@ origin does not keep copies of filter files, so a test may change an object in p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,14 @@ SWARM: dict[str, object] = {
 """[swarm] settings of the swarm tests' agents."""
 
 AGENT_TABLES: dict[str, dict[str, object]] = {
-    "s3": {"read_timeout_s": 5.0, "max_attempts": 1},
+    # Fast failure handling, so that fault tests take seconds: short S3 timeouts, one
+    # attempt, retries from 0.2 s; resume data saved every 0.5 s for the restart tests;
+    # no free-space margin (a CI disk may be small). Benchmarks and the demo keep the
+    # agent's defaults for all of these.
+    "": {"resume_save_interval_s": 0.5},
+    "s3": {"connect_timeout_s": 1.0, "read_timeout_s": 5.0, "max_attempts": 1},
+    "watch": {"retry_initial_s": 0.2, "retry_max_s": 1.0},
+    "install": {"disk_margin_bytes": 0},
     "direct": {"timeout_s": 5.0},
     "origin": {"presign_expiry_s": 3600},
 }
@@ -59,6 +66,14 @@ AGENT_TABLES: dict[str, dict[str, object]] = {
 def keys(version: int, count: int = 200) -> list[str]:
     """The keys of version ``version`` (distinct per version)."""
     return [f"v{version}-key-{i}" for i in range(count)]
+
+
+def with_tables(extra: Mapping[str, Mapping[str, object]]) -> dict[str, dict[str, object]]:
+    """:data:`AGENT_TABLES` with ``extra`` merged in, table by table."""
+    merged = {table: dict(values) for table, values in AGENT_TABLES.items()}
+    for table, values in extra.items():
+        merged.setdefault(table, {}).update(values)
+    return merged
 
 
 def fleet_spec(**overrides: Any) -> FleetSpec:

@@ -37,12 +37,12 @@ from bloomswarm.sandbox.processes import free_port
 from bloomswarm.sandbox.s3server import MotoServer
 from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.fleet_setup import (
-    AGENT_TABLES,
     KEY,
     fleet_spec,
     keys,
     publish_keys,
     roll_out_first_version,
+    with_tables,
 )
 from tests.functional.live_reader import LiveReader
 
@@ -106,7 +106,7 @@ def world(tmp_path_factory: pytest.TempPathFactory, s3_server: str) -> Iterator[
         boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1").create_bucket(
             Bucket=s3.bucket)
         # Full files only: these faults are the file's (test_agent_deltas.py covers deltas).
-        spec = fleet_spec(discovery="tracker", agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+        spec = fleet_spec(discovery="tracker", agent_tables=with_tables({"install": {"deltas": False}}))
         fleet = LocalFleet(root, spec, s3=s3, tracker=tracker, signing_key=KEY)
         fleet.start()
         v1, reader = roll_out_first_version(fleet, LiveReader, CAPACITY)

@@ -38,7 +38,6 @@ from bloomswarm.sandbox.fleet import Discovery, LocalFleet
 from bloomswarm.sandbox.processes import free_port, stop_process
 from bloomswarm.sandbox.tracker import OpenTracker
 from tests.functional.fleet_setup import (
-    AGENT_TABLES,
     AGENTS,
     CAPACITY,
     KEY,
@@ -47,6 +46,7 @@ from tests.functional.fleet_setup import (
     keys,
     publish_keys,
     roll_out_first_version,
+    with_tables,
 )
 from tests.functional.live_reader import LiveReader
 
@@ -66,7 +66,7 @@ def _fleet(tmp_path: Path, s3: S3Config, discovery: Discovery, tracker: OpenTrac
     """Agents (none yet) on ``s3`` behind an origin that paces each connection like S3;
     they fetch full files only (test_agent_deltas.py covers deltas)."""
     spec = fleet_spec(discovery=discovery, torrent_format=torrent_format, origin_connection_rate=ORIGIN_PACE,
-                      agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+                      agent_tables=with_tables({"install": {"deltas": False}}))
     return LocalFleet(tmp_path, spec, s3=s3, tracker=tracker, signing_key=KEY)
 
 
@@ -178,7 +178,7 @@ def test_a_private_fleet_installs_private_versions_and_refuses_a_public_one(
     converges on a private v1; a public v2 (the publisher without its CA) is refused by
     every agent, which keeps serving v1."""
     spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE, private=True,
-                      agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+                      agent_tables=with_tables({"install": {"deltas": False}}))
     with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:
         v1, live = roll_out_first_version(fleet, live_reader)
         assert v1.private
@@ -206,7 +206,7 @@ def test_the_fleet_ca_rotates_version_by_version_without_an_outage(
     new CA; v1 carries the old CA, v2 (the publisher switched) the new one. Both versions
     spread peer to peer, and each agent seeds both, each with its own CA's identity."""
     spec = fleet_spec(discovery="tracker", origin_connection_rate=ORIGIN_PACE, private=True,
-                      keep_versions=2, agent_tables={**AGENT_TABLES, "install": {"deltas": False}})
+                      keep_versions=2, agent_tables=with_tables({"install": {"deltas": False}}))
     now = datetime.datetime.now(datetime.timezone.utc)
     new_ca = make_ca("new fleet CA", days=60, now=now)
     with LocalFleet(tmp_path, spec, s3=s3_bucket, tracker=opentracker, signing_key=KEY) as fleet:

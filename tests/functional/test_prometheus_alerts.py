@@ -33,7 +33,7 @@ from bloomswarm.common.storage import S3Config
 from bloomswarm.publisher.refresh import refresh_latest
 from bloomswarm.sandbox.fleet import LocalFleet
 from bloomswarm.sandbox.processes import free_port, stop_process, wait_for_http
-from tests.functional.fleet_setup import AGENT_TABLES, KEY, fleet_spec, keys, publish_keys
+from tests.functional.fleet_setup import KEY, fleet_spec, keys, publish_keys, with_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "bloomswarm-alerts.yml"
@@ -142,7 +142,7 @@ def _rules_without_for(directory: Path) -> Path:
 
 @pytest.fixture
 def fleet(tmp_path: Path, s3_bucket: S3Config) -> Iterator[LocalFleet]:
-    tables = {**AGENT_TABLES, "watch": {"max_pointer_age_s": MAX_POINTER_AGE_S}}
+    tables = with_tables({"watch": {"max_pointer_age_s": MAX_POINTER_AGE_S}})
     with LocalFleet(tmp_path / "fleet", fleet_spec(transfer="direct", piece_size=None, agent_tables=tables),
                     s3=s3_bucket, signing_key=KEY) as fleet:
         yield fleet
