@@ -568,9 +568,27 @@ class OriginPolicy:
             own = [s for s in watch.unclaimed() if s != leaving and s % agents == place]
             if own:
                 return own[0]
-        free = [s for s in self._free_stripes(obs.now, moving_on=self._whole_fleet_in_sight(obs))
-                if s != leaving]
+        whole_fleet = self._whole_fleet_in_sight(obs)
+        free = [s for s in self._free_stripes(obs.now, moving_on=whole_fleet)
+                if s != leaving and (whole_fleet or not self._owner_due(s, obs))]
         return self._pick_stripe(free, obs, moving_on=True) if free else None
+
+    def _owner_due(self, stripe: int, obs: Observation) -> bool:
+        """Whether ``stripe`` still waits for its own agent, in a fleet whose size is not
+        known (a fresh fleet's first version): the agent in place *s* among those in sight
+        takes stripe *s* at its turn, ``turns_before(s, stripes)`` staggers after settling,
+        and its first pieces show a moment later. Until one stagger after that turn an
+        agent moving on leaves the stripe to it: taking it then fetches it twice when both
+        start together (a 6 MiB version's 1 MiB stripe, taken 12 ms apart, was fetched by
+        both in full before either saw the other). A stripe beyond the agents in sight has
+        no such agent."""
+        watch, settled = self._watch, self._settled_at
+        if watch is None or settled is None or self._backed_off or self._salt is None:
+            return False
+        if stripe >= len(self._known(obs)) + 1:
+            return False
+        stagger = self._config.origin_stagger_s
+        return obs.now < settled + stagger * (turns_before(stripe, watch.stripes.stripes) + 1)
 
     def _lane(self, obs: Observation) -> tuple[int, int] | None:
         """``(agents, place)`` when this download's place among the agents in sight is

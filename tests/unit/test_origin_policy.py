@@ -624,6 +624,35 @@ def test_agents_with_one_view_move_on_to_distinct_stripes_of_their_lanes(agents:
     assert moved[:len(lanes)] == lanes
 
 
+def test_in_a_fresh_fleet_an_agent_moving_on_leaves_the_stripes_to_their_agents_until_their_turns() -> None:
+    """A fresh fleet (its size unknown) of six agents in sight of each other, four stripes
+    (more agents than stripes: no lanes): the first in line takes stripe 0 at once and
+    completes it half a stagger later. Stripes 1-3 belong to the agents in places 1-3,
+    whose turns come a quarter, a half and three quarters of a stagger after settling:
+    it leaves them (taking one then, both would fetch it: a 6 MiB version's stripe taken
+    12 ms apart was fetched twice). One stagger after the last turn, a stripe still
+    untouched is free to move on to."""
+    settings = config(origin_stripes=4)
+    fleet = _in_sight(6, settings, pieces=8)
+    ids = [own for own, _ in fleet]
+    first_id = ids[0]
+
+    def seen(at: float, have: list[int]) -> Observation:
+        others = ids[1:]
+        return obs(at, announced=True, known_peers=6, swarm_size=6, fleet_known=False, pieces=8,
+                   have=bits(8, *have), peers=[(False, bits(8)) for _ in others], peer_ids=others)
+
+    def settled() -> OriginPolicy:
+        download = policy(settings, pieces=8, identity=(INFO_HASH, first_id))
+        download.step(seen(0.1, []), Link())
+        assert download.step(seen(2.2, []), Link()).stripe == 0  # settled; first in line: at once
+        return download
+
+    early = settled().step(seen(3.2, _stripe_pieces(0)), Link())
+    assert early.stripe is None and isinstance(early.web_seed, Detach)
+    assert settled().step(seen(6.3, _stripe_pieces(0)), Link()).stripe in (1, 2, 3)
+
+
 def test_in_a_running_fleet_of_fewer_agents_than_stripes_an_agent_moves_on_at_once() -> None:
     """Three agents, eight stripes, the whole fleet in sight: an agent whose stripe is
     complete 1 s after the start takes the next stripe of its lane at once, where a free
