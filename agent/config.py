@@ -52,6 +52,7 @@ from bloomswarm.common.settings import (
     INT32_MAX,
     MAX_INTERVAL_S,
     MAX_TIMEOUT_S,
+    ONE_DAY,
     SettingsLoader,
     check_at_most,
     check_http_url,
@@ -75,8 +76,6 @@ MAX_POINTER_AGE_S = 365 * 24 * 3600
 """Longest ``watch.max_pointer_age_s``: a year (the publisher refreshes far more often)."""
 LIBTORRENT_INT = "libtorrent takes a 32-bit int"
 """Why an integer that goes into libtorrent is at most :data:`INT32_MAX`."""
-ONE_DAY = "1 day"
-"""The longest timeout or interval (:data:`MAX_TIMEOUT_S`, :data:`MAX_INTERVAL_S`), in words."""
 MIN_CHUNK_SIZE = 4 * KIB
 """Smallest ``direct.chunk_size``."""
 MAX_CHUNK_SIZE = 64 * MIB
@@ -288,9 +287,9 @@ class SwarmConfig:
     """After the origin failed (an HTTP error, a URL that could not be made), seconds
     before trying again with a fresh URL."""
     direct_max_bytes: int = 256 * KIB
-    """A filter file of at most this many bytes is fetched from the origin with one plain
-    HTTP GET instead of through the swarm, and not seeded (agent/size_routed_transfer.py;
-    deltas always use the swarm). 0: every file through the swarm. Below this size a
+    """A filter file or a delta of at most this many bytes is fetched from the origin with
+    one plain HTTP GET instead of through the swarm, and not seeded
+    (agent/size_routed_transfer.py). 0: every file through the swarm. Below this size a
     swarm's fixed cost per version (announces, connections, the origin policy's wait)
     outweighs what it saves the origin (docs/benchmarks/many_filters.md)."""
     origin_url_refresh_s: float = 300.0

@@ -36,8 +36,9 @@ this long before it looks at the swarm's news."""
 
 
 class SizeRoutedTransfer:
-    """A :class:`~.transfer.Transfer` sending filter files of at most ``max_direct``
-    bytes to ``direct`` and the rest to ``swarm`` (see the module docstring)."""
+    """A :class:`~.transfer.Transfer` sending files (filter files or deltas) of at most
+    ``max_direct`` bytes to ``direct`` and the rest to ``swarm`` (see the module
+    docstring)."""
 
     def __init__(self, swarm: Transfer, direct: Transfer, max_direct: int) -> None:
         if max_direct < 0:

@@ -35,10 +35,10 @@ def check_output(output: Path, inputs: Iterable[str | Path] = ()) -> None:
     if mode is not None and not stat.S_ISREG(mode):
         raise ConfigError(f"output is not a regular file: {output} (a FIFO, device or socket "
                           "would be replaced by a file; give a file name)")
-    refuse_output_among_inputs(output, inputs, exists=mode is not None)
+    _refuse_output_among_inputs(output, inputs)
 
 
-def refuse_output_among_inputs(output: Path, inputs: Iterable[str | Path], *, exists: bool = True) -> None:
+def _refuse_output_among_inputs(output: Path, inputs: Iterable[str | Path]) -> None:
     """ConfigError when the output file is one of the local inputs (the same file, by
     path or by device and inode), or inside an input directory: the command would replace
     its own input, or a build would read a filter as keys next time."""
@@ -48,10 +48,10 @@ def refuse_output_among_inputs(output: Path, inputs: Iterable[str | Path], *, ex
             continue
         source = Path(given).resolve()
         same = target == source
-        if not same and exists:
+        if not same:
             try:
                 same = os.path.samefile(output, given)
             except (OSError, ValueError):
-                same = False  # the input does not exist: its command says so
+                same = False  # no output yet, or an input that does not exist (its command says so)
         if same or (source.is_dir() and source in target.parents):
             raise ConfigError(f"the output {output} is among the inputs ({given}): write it elsewhere")

@@ -327,12 +327,7 @@ def run_keygen(args: argparse.Namespace) -> int:
 
     private: Path = args.private_key
     public: Path = args.public or private.with_suffix(".pub")
-    if public == private or public.resolve() == private.resolve():  # adir/../key.pem too
-        raise ConfigError(f"the public key needs another file name than {private}")
-    for path in (private, public):
-        if path.exists() or path.is_symlink():
-            raise ConfigError(f"{path} already exists: refusing to overwrite a key")
-    key_id = write_keypair(private, public)
+    key_id = write_keypair(private, public)  # refuses existing files, one file named twice
     print(f"wrote private key {private} (mode 0600) and public key {public}, key id {key_id}")
     print("give the public key to every agent before publishing with the private key")
     return 0
@@ -373,8 +368,8 @@ def run_unpin(args: argparse.Namespace) -> int:
 def _not_unpinned(store: ObjectStore, public_keys: list[VerifyKey]) -> str:
     """What ``unpin`` printing "not pinned" found: the version latest.json names, and why
     it was left there (the newest version, or newer than every version that checks out)."""
-    from bloomswarm.publisher.pinning import check_version
-    from bloomswarm.publisher.versions import complete_versions, read_latest, scan_versions
+    from bloomswarm.publisher.pinning import check_version, newest_valid_version
+    from bloomswarm.publisher.versions import read_latest
 
     current = read_latest(store)
     if current is None:  # deleted since: the next unpin writes it
@@ -386,14 +381,8 @@ def _not_unpinned(store: ObjectStore, public_keys: list[VerifyKey]) -> str:
         problem = exc
     else:
         return f"not pinned: latest.json already names v{named}, the newest version"
-    newest: int | None = None
-    for version in reversed([v for v in complete_versions(scan_versions(store)) if v < named]):
-        try:
-            check_version(store, version, public_keys)
-        except (ConfigError, FormatError, VerificationError):
-            continue
-        newest = version
-        break
+    # quiet: unpin has just logged the versions it skipped
+    newest = newest_valid_version(store, public_keys, below=named, quiet=True)
     older = (f"the newest version that does is v{newest} (`bloomswarm pin {newest}` moves the "
              "fleet there)" if newest is not None else "no older version does either")
     return (f"not pinned: latest.json names v{named}, left there although it does not check out "

@@ -174,11 +174,10 @@ class Filter:
         Blocked: the mean over blocks of (bits set in the block / 512)^k; standard:
         (fill ratio)^k. Reads the whole body.
         """
-        body = self._body()  # held for the whole computation: a close() meanwhile cannot empty it
         k = self.params.num_probes
         if self.params.layout == Layout.STANDARD:
-            ones = int(np.bitwise_count(body).sum(dtype=np.uint64))
-            return float((ones / self.params.num_bits) ** k)
+            return self.fill_ratio() ** k  # "filter is closed" raised there
+        body = self._body()  # held for the whole computation: a close() meanwhile cannot empty it
         blocks = body.reshape(-1, 64)
         total = 0.0
         step = 1 << 16
@@ -212,8 +211,9 @@ class Filter:
             mm.close()
 
     def _check_open(self) -> None:
-        if self._mm is None or self._body_u8 is _NO_BODY:
-            raise ValueError("filter is closed")
+        """ValueError "filter is closed" once :meth:`close` has run (it empties the body
+        before it drops the mapping)."""
+        self._body()
 
     def _body(self) -> npt.NDArray[np.uint8]:
         """The body as uint8, for a query to hold while it runs; ValueError once closed."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .object_store import DEFAULT_PART_SIZE, MAX_PART_SIZE, MIN_PART_SIZE
-from .settings import MAX_TIMEOUT_S, check_at_most, check_http_url
+from .settings import MAX_TIMEOUT_S, ONE_DAY, check_at_most, check_http_url
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 MAX_ATTEMPTS = 100
@@ -96,10 +96,11 @@ class S3Config:
             raise ConfigError(
                 f"S3 part size must be between 5 MiB and 5 GiB, got {self.part_size} bytes"
             )
-        if self.max_attempts < 1 or self.part_attempts < 1:
-            raise ConfigError("S3 max_attempts and part_attempts must be at least 1")
         for name in ("max_attempts", "part_attempts"):
-            check_at_most(f"S3 {name}", getattr(self, name), MAX_ATTEMPTS,
+            attempts = getattr(self, name)
+            if attempts < 1:
+                raise ConfigError(f"S3 {name} must be at least 1, got {attempts!r}")
+            check_at_most(f"S3 {name}", attempts, MAX_ATTEMPTS,
                           "each retry waits, so more would hang on a failing store")
         if self.max_pool_connections < 1:
             raise ConfigError(
@@ -109,8 +110,8 @@ class S3Config:
                       MAX_POOL_CONNECTIONS, "one socket each")
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ConfigError("S3 timeouts must be positive")
-        check_at_most("S3 connect_timeout_s", self.connect_timeout_s, MAX_TIMEOUT_S, "1 day")
-        check_at_most("S3 read_timeout_s", self.read_timeout_s, MAX_TIMEOUT_S, "1 day")
+        check_at_most("S3 connect_timeout_s", self.connect_timeout_s, MAX_TIMEOUT_S, ONE_DAY)
+        check_at_most("S3 read_timeout_s", self.read_timeout_s, MAX_TIMEOUT_S, ONE_DAY)
         # Both are shown in error messages and logs; keys are appended to them. Credentials
         # come from the AWS chain (SigV4), and a public URL is for everyone.
         if self.endpoint_url is not None:

@@ -104,6 +104,8 @@ request is worth waiting for longer than a day."""
 MAX_INTERVAL_S = DAY_S
 """Longest interval, delay, grace period or back-off a setting takes (``1e300`` overflows
 timers and integer conversions when it is used)."""
+ONE_DAY = "1 day"
+"""The longest timeout or interval (:data:`MAX_TIMEOUT_S`, :data:`MAX_INTERVAL_S`), in words."""
 INT32_MAX = 2**31 - 1
 """Largest value of an integer that goes into libtorrent's ``settings_pack`` or a peer
 class (a C ``int``): libtorrent silently wraps a larger one to 32 bits (5e9 B/s becomes
@@ -423,6 +425,7 @@ __all__ = [
     "INT32_MAX",
     "MAX_INTERVAL_S",
     "MAX_TIMEOUT_S",
+    "ONE_DAY",
     "SIMPLE",
     "Coercer",
     "SettingsLoader",

@@ -55,7 +55,7 @@ from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.manifest import MIN_PIECE_SIZE
 from bloomswarm.common.params import Layout
 from bloomswarm.common.s3_config import check_utf8
-from bloomswarm.common.settings import MAX_INTERVAL_S, SettingsLoader, check_at_most
+from bloomswarm.common.settings import MAX_INTERVAL_S, ONE_DAY, SettingsLoader, check_at_most
 from bloomswarm.common.storage import S3Config
 
 from .sources import KeyType
@@ -66,8 +66,6 @@ TorrentFormat = Literal["v1", "hybrid"]
 """The torrent the publisher makes: "v1" (SHA-1 pieces, one info-hash; every client reads
 it) or "hybrid" (v1 plus v2 SHA-256 merkle trees, two info-hashes)."""
 _TRACKER_SCHEMES = ("http://", "https://", "udp://")
-ONE_DAY = "1 day"
-"""The longest interval (:data:`MAX_INTERVAL_S`), in words, as the agent says it."""
 
 
 @dataclass(frozen=True)

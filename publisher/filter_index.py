@@ -66,7 +66,7 @@ from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import ObjectStore
 
-from .latest import first_sequence
+from .latest import recovery_sequence
 
 log = logging.getLogger("bloomswarm.filter_index")
 
@@ -229,7 +229,7 @@ def _read_entries(
     return fresh
 
 
-def _first_sequence(root_store: ObjectStore, fresh: Mapping[str, IndexEntry], now: float) -> int:
+def _new_index_sequence(root_store: ObjectStore, fresh: Mapping[str, IndexEntry], now: float) -> int:
     """The sequence of an ``index.json`` written where there is none, by the rule of
     :func:`~.latest.first_sequence`: 1 for a new bucket's first index (its one filter, at
     its first ``latest.json``); otherwise the Unix time ``now``. A missing index with
@@ -238,7 +238,7 @@ def _first_sequence(root_store: ObjectStore, fresh: Mapping[str, IndexEntry], no
     refuse a restart at 1 as a replay."""
     new_bucket = (len(fresh) == 1 and all(_sequence(e) == 1 for e in fresh.values())
                   and filter_names_in(root_store) == list(fresh))
-    return first_sequence(1 if new_bucket else 2, now)  # as for version 1, or a later one
+    return 1 if new_bucket else recovery_sequence(now)  # as for version 1, or a later one
 
 
 def sync_index(
@@ -298,9 +298,9 @@ def sync_index(
         if current is not None:
             sequence = current.sequence + 1
         elif data is not None:  # replacing a malformed index: never a new bucket's first
-            sequence = max(first_sequence(2, now()), sequence_above + 1)  # (2: not version 1)
+            sequence = max(recovery_sequence(now()), sequence_above + 1)
         else:
-            sequence = _first_sequence(root_store, fresh, now())
+            sequence = _new_index_sequence(root_store, fresh, now())
         index = FilterIndex(
             sequence=sequence,
             issued_at=int(now()),

@@ -32,13 +32,19 @@ MAX_SWAP_ATTEMPTS = 20
 """Compare-and-swap rounds before giving up (each lost round means another writer won)."""
 
 
+def recovery_sequence(now: float) -> int:
+    """The sequence of a document written anew where an earlier one was deleted: the Unix
+    time ``now`` (at least 2, above a new bucket's 1)."""
+    return max(int(now), 2)
+
+
 def first_sequence(version: int, now: float) -> int:
     """The sequence of a ``latest.json`` written where there is none: 1 for version 1 (a
-    new bucket); for a later version the Unix time ``now``. A later version without
-    ``latest.json`` is a recovery (a corrupt pointer deleted by an operator): the fleet has
-    seen sequences up to the number of earlier writes, far below the time, and would
-    refuse a restart at 1 as a replay."""
-    return 1 if version == 1 else max(int(now), 2)
+    new bucket); for a later version the Unix time ``now`` (:func:`recovery_sequence`). A
+    later version without ``latest.json`` is a recovery (a corrupt pointer deleted by an
+    operator): the fleet has seen sequences up to the number of earlier writes, far below
+    the time, and would refuse a restart at 1 as a replay."""
+    return 1 if version == 1 else recovery_sequence(now)
 
 
 @dataclass(frozen=True)

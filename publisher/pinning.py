@@ -90,7 +90,9 @@ def unpin(
     """
     written: Pointer | None = None
     for _ in range(_UNPIN_ROUNDS):
-        newest = _newest_valid_version(store, public_keys)
+        newest = newest_valid_version(store, public_keys)
+        if newest is None:
+            raise ConfigError("no complete, correctly signed version to point latest.json at")
         outcome = swap_latest(store, partial(_unpinned, newest=newest), signing_key, publisher_id)
         current = outcome.pointer
         if not outcome.written:
@@ -118,13 +120,25 @@ def _unpinned(current: Pointer | None, newest: int) -> Target | None:
     return Target(current.version, pinned=False) if current.pinned else None
 
 
-def _newest_valid_version(store: ObjectStore, public_keys: Sequence[VerifyKey]) -> int:
-    """The highest complete version whose signature and objects check out."""
-    for version in reversed(complete_versions(scan_versions(store))):
+def newest_valid_version(
+    store: ObjectStore,
+    public_keys: Sequence[VerifyKey],
+    *,
+    below: int | None = None,
+    quiet: bool = False,
+) -> int | None:
+    """The highest complete version (lower than ``below``, when given) whose signature
+    and objects check out; None when none does. Each version passed over is logged as a
+    warning ("skipping vN") unless ``quiet``."""
+    versions = complete_versions(scan_versions(store))
+    if below is not None:
+        versions = [v for v in versions if v < below]
+    for version in reversed(versions):
         try:
             check_version(store, version, public_keys)
         except (ConfigError, FormatError, VerificationError) as exc:
-            log.warning("skipping v%d: %s", version, exc)
+            if not quiet:
+                log.warning("skipping v%d: %s", version, exc)
             continue
         return version
-    raise ConfigError("no complete, correctly signed version to point latest.json at")
+    return None

@@ -215,17 +215,12 @@ def check_tracker(pid: int, proc: Path = Path("/proc")) -> None:
                           "nothing signalled, the whitelist left as it was")
 
 
-def check_whitelist_path(path: Path) -> None:
-    """ConfigError when ``path`` exists and is not a regular file (a FIFO, a device, a
-    socket, a directory, a symbolic link): a whitelist there is neither read nor
-    replaced."""
-    _check_regular_or_absent(path)
-
-
-def _check_regular_or_absent(path: Path) -> bool:
-    """Whether ``path`` exists; ConfigError when it exists and is not a regular file (by
-    ``lstat``: a symbolic link is not followed). A FIFO would block the read forever, and
-    the atomic write would replace a device, a socket or a link with a regular file."""
+def check_whitelist_path(path: Path) -> bool:
+    """Whether the whitelist ``path`` exists; ConfigError when it exists and is not a
+    regular file (a FIFO, a device, a socket, a directory, a symbolic link: by ``lstat``,
+    a link is not followed): a whitelist there is neither read nor replaced. A FIFO would
+    block the read forever, and the atomic write would replace a device, a socket or a
+    link with a regular file."""
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
@@ -233,9 +228,14 @@ def _check_regular_or_absent(path: Path) -> bool:
     except OSError as exc:
         raise ConfigError(f"cannot read whitelist {path}: {exc.strerror or exc}") from exc
     if not stat.S_ISREG(mode):
-        raise ConfigError(f"whitelist {path} is {_file_kind(mode)}, not a regular file: "
-                          "give the path of the whitelist file itself")
+        raise _not_regular(path, mode)
     return True
+
+
+def _not_regular(path: Path, mode: int) -> ConfigError:
+    """The error for a whitelist ``path`` whose file (of ``mode``) is not a regular one."""
+    return ConfigError(f"whitelist {path} is {_file_kind(mode)}, not a regular file: "
+                       "give the path of the whitelist file itself")
 
 
 def _file_kind(mode: int) -> str:
@@ -246,7 +246,7 @@ def _file_kind(mode: int) -> str:
 
 
 def _write(path: Path, content: bytes) -> None:
-    _check_regular_or_absent(path)
+    check_whitelist_path(path)
     try:
         write_atomically(path, [content], mode=0o644)
     except OSError as exc:
@@ -264,7 +264,7 @@ def _restore(path: Path, previous: bytes | None) -> None:
 def _read_or_none(path: Path) -> bytes | None:
     """The whitelist's content; None when absent. ConfigError when it is not a regular
     file (checked before opening it, and on the open file: never blocks on a FIFO)."""
-    if not _check_regular_or_absent(path):
+    if not check_whitelist_path(path):
         return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -275,8 +275,7 @@ def _read_or_none(path: Path) -> bytes | None:
     with os.fdopen(fd, "rb") as handle:
         mode = os.fstat(handle.fileno()).st_mode
         if not stat.S_ISREG(mode):  # swapped since the lstat
-            raise ConfigError(f"whitelist {path} is {_file_kind(mode)}, not a regular file: "
-                              "give the path of the whitelist file itself")
+            raise _not_regular(path, mode)
         try:
             return handle.read()
         except OSError as exc:

@@ -476,6 +476,8 @@ def _writer_syncs_index(body: bytes) -> bool:
         raise AssertionError("the writer changed another filter's entry")
     if written.unreadable != {n: b for n, b in current.unreadable.items() if n != _INDEX_FILTER}:
         raise AssertionError("the writer did not carry the unreadable entries over unchanged")
+    if written.extra != current.extra:
+        raise AssertionError("the writer did not carry the index's unknown fields over unchanged")
     return True
 
 
@@ -490,15 +492,15 @@ def _index_modes(mode: int, body: bytes) -> bool:
         if not _signed_by_pinned_key(body, "index"):
             raise _forged("an index")
         return True
-    sealed = _sealed_object(body) if mode in (2, 3) else body
+    if mode == 4:
+        return _writer_syncs_index(body)
+    sealed = _sealed_object(body)
     if sealed is None:
         return False
     if mode == 2:  # a fuzzed index object, validly signed
         _roundtrip_index(open_index(sealed, public))
         return True
-    if mode == 3:
-        return _agent_reads_index(sealed)
-    return _writer_syncs_index(body)
+    return _agent_reads_index(sealed)  # mode 3
 
 
 def index(data: bytes) -> bool:
@@ -511,8 +513,9 @@ def index(data: bytes) -> bool:
     IndexPoller.refresh on such an envelope, then IndexedAnnouncements.latest for every
     entry (an announcement must come from a pointer and manifest the pinned key signed);
     4 the publisher: sync_index of a published filter into the document as index.json
-    (every other entry, readable or not, must be kept as it was). Accepted indexes must
-    round-trip through their canonical bytes and through seal_index/open_index.
+    (every other entry, readable or not, and the index's unknown fields must be kept as
+    they were). Accepted indexes must round-trip through their canonical bytes and
+    through seal_index/open_index.
     """
     if not data:
         return False

@@ -9,6 +9,7 @@ from typing import Any
 
 import libtorrent as lt
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from bloomswarm.common.bucket_layout import LATEST_KEY
 from bloomswarm.common.builder import FilterBuilder
@@ -17,9 +18,15 @@ from bloomswarm.common.header import FilterHeader
 from bloomswarm.common.manifest import Manifest
 from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
-from bloomswarm.common.storage import ObjectStore, S3Config
+from bloomswarm.common.storage import MemoryObjectStore, ObjectStore, S3Config
 from bloomswarm.publisher.config import PublisherConfig
+from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.versions import read_manifest, read_verified_manifest
+
+GOLDEN_KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), source="golden")
+"""A fixed key: Ed25519 signatures are deterministic, so the bytes it seals are too (the
+golden tests of test_filter_index.py and test_golden_documents.py)."""
+GOLDEN_PUBLIC = [GOLDEN_KEY.public_key()]
 
 
 @pytest.fixture
@@ -42,6 +49,15 @@ def new_key() -> SigningKey:
     return parse_private_key(private)
 
 
+def key_file(tmp_path: Path) -> tuple[SigningKey, Path]:
+    """A new key, and its private PEM written as ``tmp_path/publisher.key`` (mode 0600)."""
+    private, _public = generate_keypair()
+    path = tmp_path / "publisher.key"
+    path.write_bytes(private)
+    path.chmod(0o600)
+    return parse_private_key(private), path
+
+
 def make_config(**changes: Any) -> PublisherConfig:
     fields: dict[str, Any] = {
         "s3": S3Config(bucket="unit-test"),
@@ -56,6 +72,16 @@ def make_builder(keys: list[str], *, capacity: int = 1000) -> FilterBuilder:
     builder = FilterBuilder.for_capacity(capacity, 0.01)
     builder.add_many(keys)
     return builder
+
+
+def published(count: int, key: SigningKey, config: PublisherConfig | None = None) -> MemoryObjectStore:
+    """A store holding versions 1 to ``count`` of filter ``f`` (version n+1 with the one
+    key ``k{n}``), signed with ``key``; ``config``: :func:`make_config`'s by default."""
+    config = config if config is not None else make_config()
+    store = MemoryObjectStore()
+    for n in range(count):
+        publish_filter(store, config, make_builder([f"k{n}"]), key, "f", progress=False)
+    return store
 
 
 def latest_pointer(store: ObjectStore, public_keys: list[VerifyKey]) -> Pointer:

@@ -101,9 +101,9 @@ def test_direct_dataclass_refuses_nan_and_bool_counts() -> None:
 # --- [s3], in the agent and the publisher ----------------------------------------------------
 
 S3_REFUSED = [
-    ("s3.max_attempts", "0", "S3 max_attempts and part_attempts must be at least 1"),
-    ("s3.max_attempts", "-1", "S3 max_attempts and part_attempts must be at least 1"),
-    ("s3.part_attempts", "0", "S3 max_attempts and part_attempts must be at least 1"),
+    ("s3.max_attempts", "0", "S3 max_attempts must be at least 1, got 0"),
+    ("s3.max_attempts", "-1", "S3 max_attempts must be at least 1, got -1"),
+    ("s3.part_attempts", "0", "S3 part_attempts must be at least 1, got 0"),
     ("s3.max_attempts", "101", "S3 max_attempts must be at most 100 ("),
     ("s3.part_attempts", "1000000", "S3 part_attempts must be at most 100 ("),
     ("s3.max_pool_connections", "0", "S3 max_pool_connections must be at least 1, got 0"),

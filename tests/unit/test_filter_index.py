@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,10 +23,7 @@ from bloomswarm.common.filter_index import (
 )
 from bloomswarm.common.signed_envelope import envelope_payload
 from bloomswarm.common.signing import SigningKey, VerifyKey, generate_keypair, parse_private_key
-
-GOLDEN_KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), source="golden")
-"""A fixed key: Ed25519 signatures are deterministic, so the sealed bytes are too."""
-GOLDEN_PUBLIC = [GOLDEN_KEY.public_key()]
+from tests.unit.publishing_helpers import GOLDEN_KEY, GOLDEN_PUBLIC
 
 
 def _other_key() -> tuple[SigningKey, list[VerifyKey]]:

@@ -87,6 +87,26 @@ def test_a_writer_that_dropped_unreadable_entries_would_be_a_finding(monkeypatch
         fuzz_targets.index(seed)
 
 
+def test_a_writer_that_dropped_unknown_fields_would_be_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    seed = next(s for s in fuzz_targets.seeds()["index"]
+                if s[0] == 4 and read_index_unverified(s[1:]).extra)
+    assert fuzz_targets.index(seed) is True
+
+    def forgetful(store: Any, names: Any, key: Any, publisher_id: str, **kw: Any) -> FilterIndex | None:
+        written = sync_index(store, names, key, publisher_id, **kw)
+        if written is None:
+            return None
+        dropped = FilterIndex(sequence=written.sequence, issued_at=written.issued_at,
+                              publisher_id=written.publisher_id, filters=written.filters,
+                              unreadable=written.unreadable, extra={})
+        store.put("index.json", seal_index(dropped, key))
+        return dropped
+
+    monkeypatch.setattr(fuzz_targets, "sync_index", forgetful)
+    with pytest.raises(AssertionError, match="carry the index's unknown fields over unchanged"):
+        fuzz_targets.index(seed)
+
+
 def test_an_index_that_does_not_round_trip_would_be_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     def drifting(self: FilterIndex) -> bytes:
         return canonical_json({**self.to_dict(), "sequence": self.sequence + 1})

@@ -47,17 +47,15 @@ from bloomswarm.common.manifest import DeltaEntry, Manifest, sign_manifest, veri
 from bloomswarm.common.params import FilterParams, Layout
 from bloomswarm.common.pointer import Pointer, open_pointer, read_pointer_unverified, seal_pointer
 from bloomswarm.common.signature_text import decode_signature, encode_signature
-from bloomswarm.common.signing import SigningKey, key_id
+from bloomswarm.common.signing import key_id
 from bloomswarm.common.storage import MemoryObjectStore, S3Config
 from bloomswarm.common.tls_identity import ca_certificate_pem, ca_fingerprint
 from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.torrent import make_torrent, read_info_hashes
 from bloomswarm.publisher.tracker_sync import sync_whitelist
+from tests.unit.publishing_helpers import GOLDEN_KEY, GOLDEN_PUBLIC
 
-GOLDEN_KEY = SigningKey(Ed25519PrivateKey.from_private_bytes(bytes(range(32))), source="golden")
-"""The same fixed key as test_filter_index.py's."""
-GOLDEN_PUBLIC = [GOLDEN_KEY.public_key()]
 ATTEMPT = "20231114T221320Z-0a1b2c3d"
 
 

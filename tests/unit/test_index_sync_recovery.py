@@ -23,25 +23,17 @@ from bloomswarm.common.filter_index import FilterIndex, open_index
 from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.pointer import open_pointer
 from bloomswarm.common.prefixed_store import PrefixedStore
-from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
+from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import MemoryObjectStore, ObjectStore
 from bloomswarm.publisher.filter_index import sync_index
 from bloomswarm.publisher.publish import publish_filter
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import make_builder, make_config
+from tests.unit.publishing_helpers import key_file, make_builder, make_config
 
 clean_env = publishing_helpers.clean_env  # a fixture
 
 CONFIG = make_config()
 NOW = 1_700_000_000
-
-
-def _key_files(tmp_path: Path) -> tuple[SigningKey, Path]:
-    private, _public = generate_keypair()
-    path = tmp_path / "publisher.key"
-    path.write_bytes(private)
-    path.chmod(0o600)
-    return parse_private_key(private), path
 
 
 def publish(root: ObjectStore, key: SigningKey, name: str, *keys: str) -> int:
@@ -77,7 +69,7 @@ def _bucket(key: SigningKey) -> MemoryObjectStore:
 
 
 def test_one_corrupt_latest_json_does_not_hold_up_the_other_filters(tmp_path: Path) -> None:
-    key, _path = _key_files(tmp_path)
+    key, _path = key_file(tmp_path)
     root = _bucket(key)
     before = read_index(root, key)
     with pytest.raises(FormatError):  # without ``failed``: the first error, as before
@@ -90,12 +82,12 @@ def test_one_corrupt_latest_json_does_not_hold_up_the_other_filters(tmp_path: Pa
     assert sorted(failed) == ["beta", "gamma"] and "not valid JSON" in failed["beta"]
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, store: ObjectStore, key_file: Path, *extra: str) -> int:
+def _run(monkeypatch: pytest.MonkeyPatch, store: ObjectStore, key_path: Path, *extra: str) -> int:
     import bloomswarm.index_commands  # the handler's module (binds _open_store by name)
     from bloomswarm.main import main
 
     monkeypatch.setattr(bloomswarm.index_commands, "_open_store", lambda _config: store)
-    return main(["-q", "index", "sync", "--bucket", "filters", "--key", str(key_file), *extra])
+    return main(["-q", "index", "sync", "--bucket", "filters", "--key", str(key_path), *extra])
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -103,9 +95,9 @@ def test_the_cli_syncs_the_others_and_exits_1_naming_the_filters_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    key, key_file = _key_files(tmp_path)
+    key, key_path = key_file(tmp_path)
     root = _bucket(key)
-    assert _run(monkeypatch, root, key_file) == 1
+    assert _run(monkeypatch, root, key_path) == 1
     captured = capsys.readouterr()
     assert captured.out.startswith("index.json -> sequence ")
     err = captured.err.splitlines()
@@ -120,7 +112,7 @@ def test_the_cli_syncs_the_others_and_exits_1_naming_the_filters_left(
 def test_a_malformed_index_is_refused_then_replaced_on_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key, key_file = _key_files(tmp_path)
+    key, key_path = key_file(tmp_path)
     root = MemoryObjectStore()
     publish(root, key, "alpha")
     publish(root, key, "alpha", "second")
@@ -128,20 +120,20 @@ def test_a_malformed_index_is_refused_then_replaced_on_request(
     root.put(INDEX_KEY, b'{"x":')
     with pytest.raises(FormatError, match=r"index\.json is malformed .*--replace-malformed"):
         sync_index(root, ["alpha"], key, "p")
-    assert _run(monkeypatch, root, key_file, "--filter", "alpha") == 1
+    assert _run(monkeypatch, root, key_path, "--filter", "alpha") == 1
     err = capsys.readouterr().err.splitlines()
     assert err == ["bloomswarm index: error: index.json is malformed (index envelope is not valid "
                    "JSON: Expecting value at offset 5): `bloomswarm index sync "
                    "--replace-malformed` rebuilds it from every filter's latest.json"]
     assert root.get(INDEX_KEY).data == b'{"x":'  # type: ignore[union-attr]
-    assert _run(monkeypatch, root, key_file, "--filter", "alpha", "--replace-malformed") == 0
+    assert _run(monkeypatch, root, key_path, "--filter", "alpha", "--replace-malformed") == 0
     index = read_index(root, key)
     assert versions(index, key) == {"alpha": 2, "beta": 1}  # every filter, not only --filter's
     assert index.sequence > 1_000_000_000  # the clock: above anything agents saw before
 
 
 def test_the_replacement_is_above_the_sequence_a_malformed_index_still_shows(tmp_path: Path) -> None:
-    key, _path = _key_files(tmp_path)
+    key, _path = key_file(tmp_path)
     root = MemoryObjectStore()
     publish(root, key, "alpha")
     root.put(INDEX_KEY, json.dumps({"index": {"sequence": 5_000_000_000}}).encode())  # no signature
@@ -152,7 +144,7 @@ def test_the_replacement_is_above_the_sequence_a_malformed_index_still_shows(tmp
 
 
 def test_a_deleted_index_restarts_above_every_sequence_agents_saw(tmp_path: Path) -> None:
-    key, _path = _key_files(tmp_path)
+    key, _path = key_file(tmp_path)
     root = MemoryObjectStore()
     publish(root, key, "alpha")
     assert sync_index(root, ["alpha"], key, "p", now=lambda: NOW).sequence == 1  # type: ignore[union-attr]
@@ -169,7 +161,7 @@ def test_a_deleted_index_restarts_above_every_sequence_agents_saw(tmp_path: Path
 def test_a_first_index_of_a_bucket_with_several_filters_starts_at_the_clock(tmp_path: Path) -> None:
     """Two filters at their first latest.json may have been indexed before, one at a time
     (index sequence 2): a missing index starts at the clock unless the bucket has one filter."""
-    key, _path = _key_files(tmp_path)
+    key, _path = key_file(tmp_path)
     root = MemoryObjectStore()
     publish(root, key, "alpha")
     publish(root, key, "beta")

@@ -6,25 +6,17 @@ import pytest
 
 from bloomswarm.common.bucket_layout import signature_key
 from bloomswarm.common.errors import ConfigError, VerificationError
-from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.pinning import pin, unpin
 from bloomswarm.publisher.publish import publish_filter
-from tests.unit.publishing_helpers import latest_pointer, make_builder, make_config, new_key
+from tests.unit.publishing_helpers import latest_pointer, make_builder, make_config, new_key, published
 
 KEY = new_key()
 PUBLIC = [KEY.public_key()]
 CONFIG = make_config()
 
 
-def _published(count: int) -> MemoryObjectStore:
-    store = MemoryObjectStore()
-    for n in range(count):
-        publish_filter(store, CONFIG, make_builder([f"k{n}"]), KEY, "f", progress=False)
-    return store
-
-
 def test_pin_rolls_back_and_unpin_returns_to_the_newest() -> None:
-    store = _published(3)
+    store = published(3, KEY)
     pinned = pin(store, 1, KEY, PUBLIC, "operator")
     assert (pinned.version, pinned.pinned, pinned.sequence) == (1, True, 4)
     assert latest_pointer(store, PUBLIC) == pinned
@@ -38,7 +30,7 @@ def test_pin_rolls_back_and_unpin_returns_to_the_newest() -> None:
 
 
 def test_pin_refuses_missing_incomplete_and_foreign_versions() -> None:
-    store = _published(2)
+    store = published(2, KEY)
     with pytest.raises(ConfigError, match="version 7 does not exist"):
         pin(store, 7, KEY, PUBLIC, "operator")
     stranger = new_key()
@@ -51,7 +43,7 @@ def test_pin_refuses_missing_incomplete_and_foreign_versions() -> None:
 
 
 def test_pin_refuses_a_version_whose_file_is_gone() -> None:
-    store = _published(2)
+    store = published(2, KEY)
     from bloomswarm.publisher.versions import read_manifest
 
     store.delete([read_manifest(store, 1).filter_key])
@@ -60,7 +52,7 @@ def test_pin_refuses_a_version_whose_file_is_gone() -> None:
 
 
 def test_unpin_skips_versions_that_do_not_verify() -> None:
-    store = _published(3)
+    store = published(3, KEY)
     pin(store, 1, KEY, PUBLIC, "operator")
     store.put(signature_key(3), store.get(signature_key(2)).data)  # type: ignore[union-attr]
     released = unpin(store, KEY, PUBLIC, "operator")
@@ -68,7 +60,7 @@ def test_unpin_skips_versions_that_do_not_verify() -> None:
 
 
 def test_a_rotated_key_is_accepted_when_listed() -> None:
-    store = _published(2)
+    store = published(2, KEY)
     new = new_key()
     with pytest.raises(VerificationError):
         pin(store, 1, new, [new.public_key()], "operator")

@@ -11,7 +11,6 @@ followed only to a directory the walk has not seen and that does not hold its st
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -77,9 +76,7 @@ def _looping_tree(root: Path) -> Path:
 
 def test_a_recursive_glob_reads_each_file_once_through_symlink_loops(tmp_path: Path) -> None:
     data = _looping_tree(tmp_path)
-    started = time.monotonic()
     files = expand_paths([f"{data}/**/*.txt"])
-    assert time.monotonic() - started < 5
     assert files == [data / "d" / "e" / "deep.txt", data / "d" / "mid.txt", data / "top.txt"]
     assert sorted(_keys(f"{data}/**/*.txt")) == ["deep", "mid", "top"]
     # starting below a loop's target: the link back up is not followed either

@@ -19,13 +19,12 @@ from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.filter_names import filter_prefix
 from bloomswarm.common.prefixed_store import PrefixedStore
 from bloomswarm.common.storage import MemoryObjectStore
-from bloomswarm.publisher.config import PublisherConfig
 from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import read_pid_file, sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
 from bloomswarm.sandbox.tracker import announce_path
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key
+from tests.unit.publishing_helpers import churned_keys, make_builder, make_config, new_key, published
 
 clean_env = publishing_helpers.clean_env  # a fixture
 
@@ -58,15 +57,8 @@ def _hup_recorder(log: Path) -> Iterator[subprocess.Popen[bytes]]:
         recorder.wait(timeout=10)
 
 
-def _published(count: int, config: PublisherConfig = CONFIG) -> MemoryObjectStore:
-    store = MemoryObjectStore()
-    for n in range(count):
-        publish_filter(store, config, make_builder([f"k{n}"]), KEY, "f", progress=False)
-    return store
-
-
 def test_whitelist_holds_the_v1_hashes_of_complete_versions(tmp_path: Path) -> None:
-    store = _published(3)
+    store = published(3, KEY)
     store.delete([signature_key(3)])  # an unsigned claim is not a version agents will fetch
     whitelist = tmp_path / "whitelist.txt"
     result = sync_whitelist(store, whitelist, public_keys=[KEY.public_key()])
@@ -81,7 +73,7 @@ def test_whitelist_holds_the_v1_hashes_of_complete_versions(tmp_path: Path) -> N
 
 
 def test_hybrid_versions_add_their_truncated_v2_hashes(tmp_path: Path) -> None:
-    store = _published(2, make_config(torrent_format="hybrid"))
+    store = published(2, KEY, make_config(torrent_format="hybrid"))
     result = sync_whitelist(store, tmp_path / "w")
     manifests = [read_manifest(store, v) for v in (1, 2)]
     expected = sorted(h for m in manifests for h in (m.info_hash_v1, (m.info_hash_v2 or "")[:40]))
@@ -90,7 +82,7 @@ def test_hybrid_versions_add_their_truncated_v2_hashes(tmp_path: Path) -> None:
 
 
 def test_versions_signed_by_an_unknown_key_are_left_out(tmp_path: Path) -> None:
-    store = _published(2)
+    store = published(2, KEY)
     other = new_key().public_key()
     with pytest.raises(ConfigError, match="none of the 2 versions in the bucket verified"):
         sync_whitelist(store, tmp_path / "w", public_keys=[other])  # every one left out
@@ -106,7 +98,7 @@ def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> 
         pid_file = tmp_path / "tracker.pid"
         pid_file.write_text(f"{tracker.pid}\n")
         proc = _proc_naming(tmp_path, tracker.pid, "opentracker")  # the recorder plays the tracker
-        store = _published(1)
+        store = published(1, KEY)
         whitelist = tmp_path / "whitelist.txt"
         first = sync_whitelist(store, whitelist, tracker_pid=read_pid_file(pid_file), proc=proc)
         assert first.signalled_pid == tracker.pid
@@ -119,7 +111,7 @@ def test_tracker_gets_sighup_only_when_the_whitelist_changes(tmp_path: Path) -> 
         assert log.read_text().count("hup") == 2
     no_such_pid = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live process
     with pytest.raises(ConfigError, match="not running"):
-        sync_whitelist(_published(1), tmp_path / "w2", tracker_pid=no_such_pid)
+        sync_whitelist(published(1, KEY), tmp_path / "w2", tracker_pid=no_such_pid)
 
 
 def _proc_naming(tmp_path: Path, pid: int, name: str) -> Path:
@@ -137,23 +129,23 @@ def test_a_pid_that_is_not_opentracker_is_never_signalled(tmp_path: Path) -> Non
     with _hup_recorder(log) as bystander:
         whitelist = tmp_path / "whitelist.txt"
         with pytest.raises(ConfigError, match="not opentracker"):
-            sync_whitelist(_published(1), whitelist, tracker_pid=bystander.pid)  # the real /proc
+            sync_whitelist(published(1, KEY), whitelist, tracker_pid=bystander.pid)  # the real /proc
         time.sleep(0.2)
         assert not log.exists() and bystander.poll() is None and not whitelist.exists()
 
 
 def test_a_reload_that_fails_puts_the_previous_whitelist_back(tmp_path: Path) -> None:
     whitelist = tmp_path / "whitelist.txt"
-    first = sync_whitelist(_published(1), whitelist)
+    first = sync_whitelist(published(1, KEY), whitelist)
     gone = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live process
     proc = _proc_naming(tmp_path, gone, "opentracker")  # it looks like the tracker, and is gone
     with pytest.raises(ConfigError, match="not running"):
-        sync_whitelist(_published(2), whitelist, tracker_pid=gone, proc=proc)
+        sync_whitelist(published(2, KEY), whitelist, tracker_pid=gone, proc=proc)
     assert whitelist.read_text().splitlines() == list(first.hashes)
 
 
 def test_named_filters_are_whitelisted_with_the_buckets_own_versions(tmp_path: Path) -> None:
-    store = _published(1)
+    store = published(1, KEY)
     for name, count in (("alpha", 2), ("beta", 1)):
         folder = PrefixedStore(store, filter_prefix(name))
         for n in range(count):

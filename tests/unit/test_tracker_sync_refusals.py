@@ -16,37 +16,27 @@ import threading
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from bloomswarm.common.errors import ConfigError
-from bloomswarm.common.signing import generate_keypair, parse_private_key
+from bloomswarm.common.signing import SigningKey
 from bloomswarm.common.storage import MemoryObjectStore
-from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import sync_whitelist
 from bloomswarm.publisher.versions import read_manifest
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import make_builder, make_config
+from tests.unit.publishing_helpers import key_file, published
 
 clean_env = publishing_helpers.clean_env  # a fixture
 
-CONFIG = make_config()
 
-
-def _keys(tmp_path: Path) -> tuple[Path, Path]:
-    """A key pair written as files: (private PEM 0600, public PEM)."""
-    private, public = generate_keypair()
-    private_file, public_file = tmp_path / "publisher.key", tmp_path / "publisher.pub"
-    private_file.write_bytes(private)
-    private_file.chmod(0o600)
+def _keys(tmp_path: Path) -> tuple[SigningKey, Path]:
+    """A key pair written as files (:func:`key_file`'s private PEM, 0600, and the public
+    PEM): (the private key, the public PEM's path)."""
+    key, _private_file = key_file(tmp_path)
+    public_file = tmp_path / "publisher.pub"
+    public = key.key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     public_file.write_bytes(public)
-    return private_file, public_file
-
-
-def _store(private_file: Path, count: int = 2) -> MemoryObjectStore:
-    key = parse_private_key(private_file.read_bytes())
-    store = MemoryObjectStore()
-    for n in range(count):
-        publish_filter(store, CONFIG, make_builder([f"k{n}"]), key, "f", progress=False)
-    return store
+    return key, public_file
 
 
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: MemoryObjectStore, *extra: str) -> int:
@@ -62,8 +52,8 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: MemoryObjectSto
 def test_a_public_key_that_matches_no_version_leaves_the_whitelist_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    private, public = _keys(tmp_path)
-    store = _store(private)
+    key, public = _keys(tmp_path)
+    store = published(2, key)
     whitelist = tmp_path / "wl.txt"
     assert _run(tmp_path, monkeypatch, store, "--public-key", str(public)) == 0
     good = whitelist.read_bytes()
@@ -85,9 +75,9 @@ def test_a_public_key_that_matches_no_version_leaves_the_whitelist_alone(
 def test_a_bucket_or_prefix_without_versions_does_not_empty_a_whitelist(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    private, _public = _keys(tmp_path)
+    key, _public = _keys(tmp_path)
     whitelist = tmp_path / "wl.txt"
-    assert _run(tmp_path, monkeypatch, _store(private)) == 0
+    assert _run(tmp_path, monkeypatch, published(2, key)) == 0
     good = whitelist.read_bytes()
     capsys.readouterr()
     assert _run(tmp_path, monkeypatch, MemoryObjectStore(), "--prefix", "fleet-typo") == 1
@@ -109,7 +99,7 @@ def test_a_new_whitelist_of_an_empty_bucket_is_written(tmp_path: Path) -> None:
 
 
 def test_a_fifo_whitelist_is_refused_without_blocking(tmp_path: Path) -> None:
-    store = _store(_keys(tmp_path)[0], count=1)
+    store = published(1, _keys(tmp_path)[0])
     fifo = tmp_path / "wl.fifo"
     os.mkfifo(fifo)
     released = threading.Event()
@@ -134,7 +124,7 @@ def test_a_fifo_whitelist_is_refused_without_blocking(tmp_path: Path) -> None:
 
 
 def test_a_symbolic_link_or_a_directory_is_neither_read_nor_replaced(tmp_path: Path) -> None:
-    store = _store(_keys(tmp_path)[0], count=1)
+    store = published(1, _keys(tmp_path)[0])
     target = tmp_path / "real.txt"
     target.write_text("kept\n")
     link = tmp_path / "wl-link.txt"

@@ -15,20 +15,11 @@ import pytest
 from bloomswarm.common.bucket_layout import signature_key
 from bloomswarm.common.storage import MemoryObjectStore
 from bloomswarm.publisher.pinning import pin, unpin
-from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.versions import read_manifest
-from tests.unit.publishing_helpers import latest_pointer, make_builder, make_config, new_key
+from tests.unit.publishing_helpers import latest_pointer, new_key, published
 
 KEY = new_key()
 PUBLIC = [KEY.public_key()]
-CONFIG = make_config()
-
-
-def _published(count: int) -> MemoryObjectStore:
-    store = MemoryObjectStore()
-    for n in range(count):
-        publish_filter(store, CONFIG, make_builder([f"k{n}"]), KEY, "f", progress=False)
-    return store
 
 
 def _break_signature(store: MemoryObjectStore, version: int) -> None:
@@ -39,7 +30,7 @@ def _break_signature(store: MemoryObjectStore, version: int) -> None:
 def test_unpin_of_a_pin_at_a_version_that_no_longer_verifies_keeps_that_version(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = _published(3)
+    store = published(3, KEY)
     pinned = pin(store, 3, KEY, PUBLIC, "operator")
     _break_signature(store, 3)  # the newest valid version is now v2, below the pin
     with caplog.at_level(logging.INFO, logger="bloomswarm.pinning"):
@@ -52,7 +43,7 @@ def test_unpin_of_a_pin_at_a_version_that_no_longer_verifies_keeps_that_version(
 
 
 def test_unpin_of_a_pin_at_a_version_missing_its_filter_keeps_that_version() -> None:
-    store = _published(3)
+    store = published(3, KEY)
     pin(store, 3, KEY, PUBLIC, "operator")
     store.delete([read_manifest(store, 3).filter_key])
     released = unpin(store, KEY, PUBLIC, "operator")
@@ -62,7 +53,7 @@ def test_unpin_of_a_pin_at_a_version_missing_its_filter_keeps_that_version() -> 
 def test_unpin_leaves_an_unpinned_pointer_newer_than_every_valid_version(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = _published(3)
+    store = published(3, KEY)
     before = latest_pointer(store, PUBLIC)
     assert (before.version, before.pinned) == (3, False)
     _break_signature(store, 3)
@@ -73,7 +64,7 @@ def test_unpin_leaves_an_unpinned_pointer_newer_than_every_valid_version(
 
 
 def test_unpin_still_moves_forward_from_an_older_pin() -> None:
-    store = _published(4)
+    store = published(4, KEY)
     pin(store, 2, KEY, PUBLIC, "operator")
     _break_signature(store, 4)  # v3 is the newest valid one, above the pin at v2
     released = unpin(store, KEY, PUBLIC, "operator")

@@ -9,30 +9,11 @@ from pathlib import Path
 import pytest
 
 from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key
-from bloomswarm.common.signing import SigningKey, generate_keypair, parse_private_key
 from bloomswarm.common.storage import MemoryObjectStore
-from bloomswarm.publisher.publish import publish_filter
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import make_builder, make_config
+from tests.unit.publishing_helpers import key_file, published
 
 clean_env = publishing_helpers.clean_env  # a fixture
-
-CONFIG = make_config()
-
-
-def _key(tmp_path: Path) -> tuple[SigningKey, Path]:
-    private, _public = generate_keypair()
-    path = tmp_path / "publisher.key"
-    path.write_bytes(private)
-    path.chmod(0o600)
-    return parse_private_key(private), path
-
-
-def _published(key: SigningKey, count: int) -> MemoryObjectStore:
-    store = MemoryObjectStore()
-    for n in range(count):
-        publish_filter(store, CONFIG, make_builder([f"k{n}"]), key, "f", progress=False)
-    return store
 
 
 def _main(monkeypatch: pytest.MonkeyPatch, store: MemoryObjectStore, *argv: str) -> int:
@@ -47,8 +28,8 @@ def _main(monkeypatch: pytest.MonkeyPatch, store: MemoryObjectStore, *argv: str)
 def test_versions_lists_the_versions_when_latest_json_is_malformed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key, _path = _key(tmp_path)
-    store = _published(key, 2)
+    key, _path = key_file(tmp_path)
+    store = published(2, key)
     assert _main(monkeypatch, store, "versions") == 0
     assert "latest" in capsys.readouterr().out.splitlines()[1]
     store.put(LATEST_KEY, b"junk")
@@ -67,14 +48,14 @@ def test_versions_lists_the_versions_when_latest_json_is_malformed(
 def test_unpin_says_which_version_latest_json_names_and_why_it_was_left(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    key, key_file = _key(tmp_path)
-    store = _published(key, 3)
-    assert _main(monkeypatch, store, "unpin", "--key", str(key_file)) == 0
+    key, key_path = key_file(tmp_path)
+    store = published(3, key)
+    assert _main(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
     assert capsys.readouterr().out == "not pinned: latest.json already names v3, the newest version\n"
     # v3's signature no longer matches (its files are being replaced): the newest valid
     # version is v2, older than what latest.json names, and unpin never moves it back.
     store.put(signature_key(3), store.get(signature_key(2)).data)  # type: ignore[union-attr]
-    assert _main(monkeypatch, store, "unpin", "--key", str(key_file)) == 0
+    assert _main(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("not pinned: latest.json names v3, left there although it does not check "
                            "out (")
