@@ -242,7 +242,6 @@ def run_publish(args: argparse.Namespace) -> int:
     from bloomswarm.publisher.fingerprint import source_fingerprint
     from bloomswarm.publisher.publish import publish_filter
     from bloomswarm.publisher.refresh import refresh_latest
-    from bloomswarm.publisher.retention import apply_retention
     from bloomswarm.publisher.sources import SourceSpec
     from bloomswarm.publisher.versions import newest_manifests
     from bloomswarm.publisher.watch import stop_on_signals, watch_and_publish
@@ -299,16 +298,17 @@ def run_publish(args: argparse.Namespace) -> int:
             print(f"latest.json already names v{result.latest.version}: left alone", flush=True)
         if args.refresh and not result.latest_moved:
             refresh()
-        _sync_index(bucket_config, args, signing_key)
+        # Retention of the filter's own versions does not depend on index.json: a failed
+        # index sync (a malformed index.json, say) must not stop it, or every retry of the
+        # publish would leave one more version behind. Its error comes after retention.
+        index_error: BloomswarmError | OSError | None = None
         try:
-            plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
-        except BloomswarmError as exc:  # the version is out; the next publish retries this
-            log.warning("retention failed: %s", exc)
-            return
-        if plan.delete_keys or plan.abort_uploads:
-            print(f"retention: deleted {len(plan.delete_keys)} objects "
-                  f"(versions {_ranges(plan.deleted_versions) or 'none'}), "
-                  f"aborted {len(plan.abort_uploads)} unfinished uploads", flush=True)
+            _sync_index(bucket_config, args, signing_key)
+        except (BloomswarmError, OSError) as exc:
+            index_error = exc
+        _retention(store, config)
+        if index_error is not None:
+            raise index_error
 
     if args.watch:  # SIGINT/SIGTERM: stop; a publish under way is interrupted (watch.py)
         with stop_on_signals() as stop:
@@ -317,6 +317,22 @@ def run_publish(args: argparse.Namespace) -> int:
     with sigterm_interrupts():
         publish_once()
     return 0
+
+
+def _retention(store: ObjectStore, config: PublisherConfig) -> None:
+    """Retention after a publish, with one line when it deleted or aborted anything; its
+    failure is only logged (the version is out; the next publish retries it)."""
+    from bloomswarm.publisher.retention import apply_retention
+
+    try:
+        plan = apply_retention(store, config.keep_versions, config.orphan_grace_s)
+    except BloomswarmError as exc:
+        log.warning("retention failed: %s", exc)
+        return
+    if plan.delete_keys or plan.abort_uploads:
+        print(f"retention: deleted {len(plan.delete_keys)} objects "
+              f"(versions {_ranges(plan.deleted_versions) or 'none'}), "
+              f"aborted {len(plan.abort_uploads)} unfinished uploads", flush=True)
 
 
 # --- keys, pins, listing --------------------------------------------------------------------
@@ -442,15 +458,19 @@ def run_versions(args: argparse.Namespace) -> int:
 def _print_versions(
     store: ObjectStore, folders: dict[int, VersionFolder], latest: LatestPointer | None
 ) -> None:
-    """The table of ``versions``: newest first, ``latest`` marked."""
-    from bloomswarm.publisher.versions import read_manifest
+    """The table of ``versions``: newest first, ``latest`` marked. A version whose
+    manifest and signature exist but whose filter file or torrent does not (deleted by
+    hand, a lifecycle rule) shows as incomplete, with what is missing: agents cannot
+    fetch it. The check uses the listing ``folders`` came from (no extra request)."""
+    from bloomswarm.publisher.versions import missing_objects, read_manifest
 
     print(f"{'VERSION':>7}  {'STATE':<20} {'SIZE':>15}  {'CREATED (UTC)':<19}  {'KEYS':<13}  DELTAS FROM")
     for version in sorted(folders, reverse=True):
         folder = folders[version]
         state = "complete" if folder.complete else "claimed, unsigned" if folder.claimed \
             else "unfinished upload"
-        if latest is not None and latest.pointer.version == version:
+        is_latest = latest is not None and latest.pointer.version == version
+        if latest is not None and is_latest:
             state = "latest, pinned" if latest.pointer.pinned else "latest"
         size = created = keys = deltas = ""
         if folder.claimed:
@@ -459,6 +479,10 @@ def _print_versions(
             except (FormatError, ObjectNotFound) as exc:
                 state = f"unreadable manifest: {exc}"[:60]
             else:
+                missing = missing_objects(store, folder, manifest) if folder.complete else []
+                if missing:
+                    state = (f"{state + ', ' if is_latest else ''}incomplete: "
+                             f"{' and '.join(missing)} missing")
                 size = f"{manifest.size:,}"
                 created = _created_column(manifest.created_at)
                 keys = f"{manifest.filter.key_count:,}"

@@ -7,7 +7,10 @@ a hybrid torrent under two hashes: its v1 info-hash and its v2 info-hash (SHA-25
 truncated to 20 bytes, the first 40 hex characters. The whitelist therefore holds every
 hash a version is announced under, for every complete version in the bucket (retention
 decides which versions exist), and the same for each delta its manifest lists (a delta
-has a torrent of its own).
+has a torrent of its own). A complete version whose filter file or torrent is missing
+(deleted by hand or by a lifecycle rule) is left out and logged: agents could not fetch
+it from the origin. That check costs no request: the manifest is read anyway and its keys
+are looked up in the listing of the version folders.
 
 Every complete version of the bucket's own layout and of each named filter's folder
 (``filters/NAME/``) is listed: one tracker serves them all.
@@ -50,7 +53,13 @@ from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import ObjectStore
 
 from .filter_index import filter_names_in
-from .versions import complete_versions, read_manifest, read_verified_manifest, scan_versions
+from .versions import (
+    complete_versions,
+    missing_objects,
+    read_manifest,
+    read_verified_manifest,
+    scan_versions,
+)
 
 log = logging.getLogger("bloomswarm.tracker_sync")
 
@@ -64,7 +73,8 @@ class SyncResult:
     filter_versions: dict[str, tuple[int, ...]]
     """The same for each named filter (``filters/NAME/``) that has versions."""
     left_out: int
-    """Complete versions left out because they did not verify (or were malformed)."""
+    """Complete versions left out because they did not verify (or were malformed), or
+    because their filter file or torrent is missing."""
     hashes: tuple[str, ...]
     """The whitelist's lines."""
     changed: bool
@@ -117,9 +127,10 @@ def sync_whitelist(
     own and each named filter's.
 
     With ``public_keys``, a version whose signature no key verifies is left out (and
-    logged). When the content changed and ``tracker_pid`` is given, that process gets
-    SIGHUP; ConfigError, with the file left as it was, when it does not exist or is not
-    opentracker (``proc``: where to read its name).
+    logged); so is a version whose filter file or torrent is missing. When the content
+    changed and ``tracker_pid`` is given, that process gets SIGHUP; ConfigError, with the
+    file left as it was, when it does not exist or is not opentracker (``proc``: where to
+    read its name).
 
     An empty result is refused (ConfigError, the file left as it was) unless
     ``allow_empty``: when the store has versions but every one was left out (a wrong
@@ -130,16 +141,17 @@ def sync_whitelist(
     """
     check_whitelist_path(whitelist)  # before the bucket is read
     left_out: list[str] = []
-    own = _manifests(store, public_keys, "", left_out)
+    unfetchable: list[str] = []
+    own = _manifests(store, public_keys, "", left_out, unfetchable)
     filters = {name: _manifests(PrefixedStore(store, filter_prefix(name)), public_keys,
-                                f"filter {name!r} ", left_out)
+                                f"filter {name!r} ", left_out, unfetchable)
                for name in filter_names_in(store)}
     everything = [*own, *(m for manifests in filters.values() for m in manifests)]
     lines = whitelist_lines(everything)
     content = "".join(f"{line}\n" for line in lines).encode("ascii")
     previous = _read_or_none(whitelist)
     if not lines and not allow_empty:
-        _refuse_empty(whitelist, previous, left_out, bool(public_keys))
+        _refuse_empty(whitelist, previous, left_out, unfetchable, bool(public_keys))
     changed = previous != content
     signalled: int | None = None
     if changed:
@@ -161,14 +173,22 @@ def sync_whitelist(
                       len(left_out), tuple(lines), changed, signalled)
 
 
-def _refuse_empty(whitelist: Path, previous: bytes | None, left_out: list[str], verified: bool) -> None:
+def _refuse_empty(
+    whitelist: Path, previous: bytes | None, left_out: list[str], unfetchable: list[str],
+    verified: bool,
+) -> None:
     """ConfigError when an empty whitelist is no outcome to write without ``allow_empty``:
     every version was left out, or the whitelist being replaced lists hashes."""
     if left_out:
-        why, hint = (("verified with the public keys given", "wrong --public-key? ") if verified
-                     else ("could be read", ""))
+        unreadable = [entry for entry in left_out if entry not in unfetchable]
+        if not unreadable:
+            why, hint = "can be fetched (objects missing)", ""
+        else:
+            why, hint = (("verified with the public keys given", "wrong --public-key? ") if verified
+                         else ("could be read", ""))
         raise ConfigError(
-            f"none of the {len(left_out)} versions in the bucket {why} ({left_out[0]}): "
+            f"none of the {len(left_out)} versions in the bucket {why} "
+            f"({(unreadable or left_out)[0]}): "
             f"whitelist {whitelist} left as it was ({hint}--allow-empty writes an empty whitelist)")
     if previous is not None and previous.strip():
         count = len(previous.split())
@@ -179,14 +199,21 @@ def _refuse_empty(whitelist: Path, previous: bytes | None, left_out: list[str], 
 
 
 def _manifests(
-    store: ObjectStore, public_keys: Sequence[VerifyKey], what: str, left_out: list[str]
+    store: ObjectStore,
+    public_keys: Sequence[VerifyKey],
+    what: str,
+    left_out: list[str],
+    unfetchable: list[str],
 ) -> list[Manifest]:
     """The manifests of the complete versions in ``store`` (verified with ``public_keys``
-    when given; those that fail are logged, left out and named in ``left_out``)."""
+    when given; those that fail are logged, left out and named in ``left_out``). A version
+    whose filter file or torrent is missing is left out too (named in ``left_out`` and in
+    ``unfetchable``): agents could not fetch it, so the tracker should not announce it."""
     manifests: list[Manifest] = []
-    for version in complete_versions(scan_versions(store)):
+    folders = scan_versions(store)
+    for version in complete_versions(folders):
         try:
-            manifests.append(
+            manifest = (
                 read_verified_manifest(store, version, public_keys)
                 if public_keys
                 else read_manifest(store, version)
@@ -196,6 +223,18 @@ def _manifests(
         except (FormatError, VerificationError) as exc:
             log.warning("leaving %sv%d out of the whitelist: %s", what, version, exc)
             left_out.append(f"{what}v{version}: {exc}")
+            continue
+        # A version agents cannot fetch from the origin is not announced: checked against
+        # the listing above (no request; one HEAD for a key outside the version's folder).
+        missing = missing_objects(store, folders[version], manifest)
+        if missing:
+            why = " and ".join(f"its {name} {key}" for name, key in missing.items())
+            why += " is missing" if len(missing) == 1 else " are missing"
+            log.warning("leaving %sv%d out of the whitelist: %s", what, version, why)
+            left_out.append(f"{what}v{version}: {why}")
+            unfetchable.append(left_out[-1])
+            continue
+        manifests.append(manifest)
     return manifests
 
 

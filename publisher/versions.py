@@ -3,7 +3,10 @@
 One listing of ``v*`` keys tells, for every version number, whether it is claimed (its
 manifest exists), complete (its signature exists too) and which publish-attempt folders
 it holds. Publishing, retention, pinning, ``versions`` and ``tracker-sync`` all start
-from this view.
+from this view. "Complete" says nothing of the filter file and torrent: which attempt
+folder holds them is in the manifest. ``versions`` and ``tracker-sync`` read the manifest
+anyway and check those keys against the listing (:func:`missing_objects`); ``pin``,
+``unpin`` and ``refresh`` HEAD them (:func:`.pinning.check_version`).
 """
 
 from __future__ import annotations
@@ -104,6 +107,24 @@ def scan_versions(store: ObjectStore) -> dict[int, VersionFolder]:
 def complete_versions(folders: dict[int, VersionFolder]) -> list[int]:
     """The complete version numbers, ascending."""
     return [n for n, folder in folders.items() if folder.complete]
+
+
+def missing_objects(store: ObjectStore, folder: VersionFolder, manifest: Manifest) -> dict[str, str]:
+    """The objects agents fetch for ``folder``'s version, as its ``manifest`` names them,
+    that do not exist: "filter file" and/or "torrent" -> key (empty when both exist).
+
+    :attr:`VersionFolder.complete` only tells that the manifest and its signature exist
+    (from the listing alone: which attempt folder holds the version's objects is only
+    known from the manifest). A key under the version's own folder, where a publisher
+    always writes it, is looked up in ``folder``'s listing: no request. A key elsewhere
+    costs one HEAD (``store.exists``). Sizes are not checked (``pin`` does that)."""
+    prefix = version_prefix(folder.version)
+    missing: dict[str, str] = {}
+    for what, key in (("filter file", manifest.filter_key), ("torrent", manifest.torrent_key)):
+        present = key in folder.keys if key.startswith(prefix) else store.exists(key)
+        if not present:
+            missing[what] = key
+    return missing
 
 
 def newest_manifests(store: ObjectStore, limit: int, *, below: int | None = None) -> list[Manifest]:
