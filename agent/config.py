@@ -189,8 +189,25 @@ def with_tls_listeners(listen_interfaces: str) -> str:
                 f"the next port, and {e.port} is the last; choose a lower port or list the "
                 f"TLS listener yourself ({e.entry},{e.host}:{e.port - 1}s)"
             )
+        taken = next((other for other in entries if port and other.port == port
+                      and _same_socket_address(e.address, other.address)), None)
+        if taken is not None:
+            raise ConfigError(
+                f"{LISTEN_KEY}: {e.entry!r}: with swarm.certificate_dirs a TLS listener goes on "
+                f"the next port, {port}, which {taken.entry!r} already listens on; leave a port "
+                f"free after each plain one or list the TLS listeners yourself (an entry ending in s)"
+            )
         added.append(f"{e.host}:{port}s{'l' if e.local else ''}")
     return ",".join([e.entry for e in entries] + added)
+
+
+def _same_socket_address(one: str, other: str) -> bool:
+    """Whether listeners on ``one`` and ``other`` with the same port would clash: the same
+    address, or either the wildcard of the other's family (``0.0.0.0``, ``::``)."""
+    if one == other:
+        return True
+    wildcards = {"0.0.0.0": ":" not in other, "::": ":" in other}
+    return wildcards.get(one, False) or {"0.0.0.0": ":" not in one, "::": ":" in one}.get(other, False)
 
 
 

@@ -126,3 +126,28 @@ def test_tls_listeners_with_certificates(value: str, listen: str) -> None:
     assert pack["listen_interfaces"] == listen
     for entry in parse_listen_interfaces(str(pack["listen_interfaces"])):
         assert 0 <= entry.port <= 65535
+
+
+@pytest.mark.parametrize(("value", "taken"), [
+    ("127.0.0.1:6881,127.0.0.1:6882", "'127.0.0.1:6882'"),
+    ("0.0.0.0:6882,127.0.0.1:6881", "'0.0.0.0:6882'"),  # the wildcard holds every address
+    ("[::]:6881,[::1]:6882", "'[::1]:6882'"),
+])
+def test_a_tls_listener_on_a_port_a_plain_entry_uses_is_refused(value: str, taken: str) -> None:
+    """With certificates the TLS listener goes on the next port: where a plain entry of
+    the same address (or its family's wildcard) already listens there, libtorrent would
+    fail to bind it with a warning alert only, and private versions would have no TLS
+    port."""
+    with pytest.raises(ConfigError, match=re.escape(f"which {taken} already listens on")):
+        SwarmConfig(listen_interfaces=value, certificate_dirs=CERTS)
+    SwarmConfig(listen_interfaces=value)  # without certificates: no TLS listener, fine
+
+
+@pytest.mark.parametrize("value", [
+    "127.0.0.1:6881,127.0.0.2:6882",  # another address
+    "[::]:6882,127.0.0.1:6881",  # another family
+    "0.0.0.0:6881,[::]:6881",  # the default's shape
+    "127.0.0.1:6881,127.0.0.1:6882,127.0.0.1:7000s",  # the operator's own TLS listener
+])
+def test_tls_listeners_that_clash_with_nothing_are_added(value: str) -> None:
+    SwarmConfig(listen_interfaces=value, certificate_dirs=CERTS)
