@@ -84,6 +84,16 @@ def published(count: int, key: SigningKey, config: PublisherConfig | None = None
     return store
 
 
+def run_cli_on(monkeypatch: pytest.MonkeyPatch, store: ObjectStore, *argv: str) -> int:
+    """Run ``bloomswarm -q ARGV --bucket filters`` with the publisher commands' store
+    replaced by ``store``; the exit code."""
+    import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before the patch)
+    from bloomswarm.main import main
+
+    monkeypatch.setattr("bloomswarm.publish_commands._open_store", lambda _config: store)
+    return main(["-q", *argv, "--bucket", "filters"])
+
+
 def latest_pointer(store: ObjectStore, public_keys: list[VerifyKey]) -> Pointer:
     stored = store.get(LATEST_KEY)
     assert stored is not None

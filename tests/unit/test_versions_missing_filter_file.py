@@ -23,7 +23,7 @@ from bloomswarm.publisher.publish import publish_filter
 from bloomswarm.publisher.tracker_sync import sync_whitelist
 from bloomswarm.publisher.versions import missing_objects, read_manifest, scan_versions
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import key_file, make_builder, make_config, new_key, published
+from tests.unit.publishing_helpers import key_file, make_builder, make_config, new_key, published, run_cli_on
 
 clean_env = publishing_helpers.clean_env  # a fixture
 
@@ -143,14 +143,6 @@ def test_an_empty_whitelist_for_missing_files_is_refused_and_says_why(tmp_path: 
 # --- versions ---------------------------------------------------------------------------
 
 
-def _main(monkeypatch: pytest.MonkeyPatch, store: ObjectStore, *argv: str) -> int:
-    import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before the patch)
-    from bloomswarm.main import main
-
-    monkeypatch.setattr("bloomswarm.publish_commands._open_store", lambda _config: store)
-    return main(["-q", *argv, "--bucket", "filters"])
-
-
 @pytest.mark.usefixtures("clean_env")
 def test_versions_shows_a_version_without_its_filter_file_as_incomplete(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -159,7 +151,7 @@ def test_versions_shows_a_version_without_its_filter_file_as_incomplete(
     store = published(3, key)
     _remove_filter_file(store, 2)
     store.delete([read_manifest(store, 3).torrent_key])
-    assert _main(monkeypatch, store, "versions") == 0
+    assert run_cli_on(monkeypatch, store, "versions") == 0
     rows = capsys.readouterr().out.splitlines()[1:]
     assert [row.split()[0] for row in rows] == ["3", "2", "1"]
     assert rows[0].split(None, 1)[1].startswith("latest, incomplete: torrent missing ")
@@ -175,6 +167,6 @@ def test_versions_makes_no_request_per_version_for_the_check(
     store = _counting(3)
     _remove_filter_file(store, 1)
     store.reads.clear()
-    assert _main(monkeypatch, store, "versions") == 0
+    assert run_cli_on(monkeypatch, store, "versions") == 0
     assert "incomplete: filter file missing" in capsys.readouterr().out
     assert not [r for r in store.reads if r.startswith("HEAD v")]  # one GET per manifest, as before

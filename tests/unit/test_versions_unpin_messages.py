@@ -9,19 +9,10 @@ from pathlib import Path
 import pytest
 
 from bloomswarm.common.bucket_layout import LATEST_KEY, signature_key
-from bloomswarm.common.storage import MemoryObjectStore
 from tests.unit import publishing_helpers
-from tests.unit.publishing_helpers import key_file, published
+from tests.unit.publishing_helpers import key_file, published, run_cli_on
 
 clean_env = publishing_helpers.clean_env  # a fixture
-
-
-def _main(monkeypatch: pytest.MonkeyPatch, store: MemoryObjectStore, *argv: str) -> int:
-    import bloomswarm.index_commands  # noqa: F401 (binds the real _open_store before the patch)
-    from bloomswarm.main import main
-
-    monkeypatch.setattr("bloomswarm.publish_commands._open_store", lambda _config: store)
-    return main(["-q", *argv, "--bucket", "filters"])
 
 
 @pytest.mark.usefixtures("clean_env")
@@ -30,10 +21,10 @@ def test_versions_lists_the_versions_when_latest_json_is_malformed(
 ) -> None:
     key, _path = key_file(tmp_path)
     store = published(2, key)
-    assert _main(monkeypatch, store, "versions") == 0
+    assert run_cli_on(monkeypatch, store, "versions") == 0
     assert "latest" in capsys.readouterr().out.splitlines()[1]
     store.put(LATEST_KEY, b"junk")
-    assert _main(monkeypatch, store, "versions") == 1
+    assert run_cli_on(monkeypatch, store, "versions") == 1
     captured = capsys.readouterr()
     rows = captured.out.splitlines()
     assert rows[0].split()[:2] == ["VERSION", "STATE"]
@@ -50,12 +41,12 @@ def test_unpin_says_which_version_latest_json_names_and_why_it_was_left(
 ) -> None:
     key, key_path = key_file(tmp_path)
     store = published(3, key)
-    assert _main(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
+    assert run_cli_on(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
     assert capsys.readouterr().out == "not pinned: latest.json already names v3, the newest version\n"
     # v3's signature no longer matches (its files are being replaced): the newest valid
     # version is v2, older than what latest.json names, and unpin never moves it back.
     store.put(signature_key(3), store.get(signature_key(2)).data)  # type: ignore[union-attr]
-    assert _main(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
+    assert run_cli_on(monkeypatch, store, "unpin", "--key", str(key_path)) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith("not pinned: latest.json names v3, left there although it does not check "
                            "out (")
