@@ -206,8 +206,7 @@ def _same_socket_address(one: str, other: str) -> bool:
     address, or either the wildcard of the other's family (``0.0.0.0``, ``::``)."""
     if one == other:
         return True
-    wildcards = {"0.0.0.0": ":" not in other, "::": ":" in other}
-    return wildcards.get(one, False) or {"0.0.0.0": ":" not in one, "::": ":" in one}.get(other, False)
+    return bool({one, other} & {"0.0.0.0", "::"}) and (":" in one) == (":" in other)
 
 
 

@@ -140,18 +140,18 @@ def sync_whitelist(
     it is neither read nor replaced.
     """
     check_whitelist_path(whitelist)  # before the bucket is read
-    left_out: list[str] = []
+    refused: list[str] = []
     unfetchable: list[str] = []
-    own = _manifests(store, public_keys, "", left_out, unfetchable)
+    own = _manifests(store, public_keys, "", refused, unfetchable)
     filters = {name: _manifests(PrefixedStore(store, filter_prefix(name)), public_keys,
-                                f"filter {name!r} ", left_out, unfetchable)
+                                f"filter {name!r} ", refused, unfetchable)
                for name in filter_names_in(store)}
     everything = [*own, *(m for manifests in filters.values() for m in manifests)]
     lines = whitelist_lines(everything)
     content = "".join(f"{line}\n" for line in lines).encode("ascii")
     previous = _read_or_none(whitelist)
     if not lines and not allow_empty:
-        _refuse_empty(whitelist, previous, left_out, unfetchable, bool(public_keys))
+        _refuse_empty(whitelist, previous, refused, unfetchable, bool(public_keys))
     changed = previous != content
     signalled: int | None = None
     if changed:
@@ -170,25 +170,24 @@ def sync_whitelist(
             signalled = tracker_pid
     return SyncResult(tuple(m.version for m in own),
                       {name: tuple(m.version for m in ms) for name, ms in filters.items() if ms},
-                      len(left_out), tuple(lines), changed, signalled)
+                      len(refused) + len(unfetchable), tuple(lines), changed, signalled)
 
 
 def _refuse_empty(
-    whitelist: Path, previous: bytes | None, left_out: list[str], unfetchable: list[str],
+    whitelist: Path, previous: bytes | None, refused: list[str], unfetchable: list[str],
     verified: bool,
 ) -> None:
     """ConfigError when an empty whitelist is no outcome to write without ``allow_empty``:
     every version was left out, or the whitelist being replaced lists hashes."""
-    if left_out:
-        unreadable = [entry for entry in left_out if entry not in unfetchable]
-        if not unreadable:
+    if refused or unfetchable:
+        if not refused:
             why, hint = "can be fetched (objects missing)", ""
         else:
             why, hint = (("verified with the public keys given", "wrong --public-key? ") if verified
                          else ("could be read", ""))
         raise ConfigError(
-            f"none of the {len(left_out)} versions in the bucket {why} "
-            f"({(unreadable or left_out)[0]}): "
+            f"none of the {len(refused) + len(unfetchable)} versions in the bucket {why} "
+            f"({(refused or unfetchable)[0]}): "
             f"whitelist {whitelist} left as it was ({hint}--allow-empty writes an empty whitelist)")
     if previous is not None and previous.strip():
         count = len(previous.split())
@@ -202,13 +201,13 @@ def _manifests(
     store: ObjectStore,
     public_keys: Sequence[VerifyKey],
     what: str,
-    left_out: list[str],
+    refused: list[str],
     unfetchable: list[str],
 ) -> list[Manifest]:
     """The manifests of the complete versions in ``store`` (verified with ``public_keys``
-    when given; those that fail are logged, left out and named in ``left_out``). A version
-    whose filter file or torrent is missing is left out too (named in ``left_out`` and in
-    ``unfetchable``): agents could not fetch it, so the tracker should not announce it."""
+    when given; those that fail are logged, left out and named in ``refused``). A version
+    whose filter file or torrent is missing is left out too, named in ``unfetchable``:
+    agents could not fetch it, so the tracker should not announce it."""
     manifests: list[Manifest] = []
     folders = scan_versions(store)
     for version in complete_versions(folders):
@@ -222,7 +221,7 @@ def _manifests(
             continue  # deleted by retention since the listing
         except (FormatError, VerificationError) as exc:
             log.warning("leaving %sv%d out of the whitelist: %s", what, version, exc)
-            left_out.append(f"{what}v{version}: {exc}")
+            refused.append(f"{what}v{version}: {exc}")
             continue
         # A version agents cannot fetch from the origin is not announced: checked against
         # the listing above (no request; one HEAD for a key outside the version's folder).
@@ -231,8 +230,7 @@ def _manifests(
             why = " and ".join(f"its {name} {key}" for name, key in missing.items())
             why += " is missing" if len(missing) == 1 else " are missing"
             log.warning("leaving %sv%d out of the whitelist: %s", what, version, why)
-            left_out.append(f"{what}v{version}: {why}")
-            unfetchable.append(left_out[-1])
+            unfetchable.append(f"{what}v{version}: {why}")
             continue
         manifests.append(manifest)
     return manifests
