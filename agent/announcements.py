@@ -27,7 +27,6 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
@@ -45,6 +44,7 @@ from bloomswarm.common.pointer import Pointer, open_pointer
 from bloomswarm.common.signing import VerifyKey
 from bloomswarm.common.storage import StoredObject
 
+from .http_pool import HttpPool
 from .verify import CheckFailed, check_torrent
 
 T = TypeVar("T")
@@ -234,6 +234,7 @@ class HttpDocumentReader:
     Conditional GETs send ``If-None-Match``; a 304 answer returns None. 404 raises
     ObjectNotFound; any other failure (status, connection, timeout, a body larger than
     :data:`MAX_DOCUMENT_SIZE`) raises StorageError. Honours the usual proxy variables.
+    Connections are kept alive (:class:`~.http_pool.HttpPool`).
     """
 
     def __init__(self, base_url: str, *, timeout_s: float = 10.0) -> None:
@@ -241,6 +242,8 @@ class HttpDocumentReader:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.http = HttpPool(max_idle=POLL_CONNECTIONS)
+        """Connections kept alive from one GET to the next."""
 
     def url(self, key: str) -> str:
         """The URL of object ``key``."""
@@ -249,17 +252,18 @@ class HttpDocumentReader:
     def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
         """See :class:`DocumentReader`."""
         url = self.url(key)
-        return http_get(url, url, if_none_match=if_none_match, timeout_s=self.timeout_s)
+        return http_get(self.http, url, url, if_none_match=if_none_match, timeout_s=self.timeout_s)
 
 
-def http_get(url: str, shown: str, *, if_none_match: str | None, timeout_s: float) -> StoredObject | None:
-    """GET ``url`` as :meth:`HttpDocumentReader.get` does; error messages name ``shown``
-    (not a presigned URL's signature). HTTPStatusError for a status other than 200, 304
-    and 404, ObjectNotFound for 404, StorageError for any other failure."""
+def http_get(pool: HttpPool, url: str, shown: str, *, if_none_match: str | None,
+             timeout_s: float) -> StoredObject | None:
+    """GET ``url`` on ``pool``'s connections as :meth:`HttpDocumentReader.get` does; error
+    messages name ``shown`` (not a presigned URL's signature). HTTPStatusError for a
+    status other than 200, 304 and 404, ObjectNotFound for 404, StorageError for any
+    other failure."""
     headers = {"If-None-Match": if_none_match} if if_none_match else {}
-    request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with pool.get(url, headers, timeout=timeout_s) as response:
             data = response.read(MAX_DOCUMENT_SIZE + 1)
             etag = response.headers.get("ETag") or ""
     except urllib.error.HTTPError as exc:
@@ -284,6 +288,9 @@ class PresignedStore(Protocol):
 
     def presigned_get_url(self, key: str, expires_s: int) -> str: ...
 
+
+POLL_CONNECTIONS = 2
+"""Connections a reader keeps alive for its polls (one poll at a time, and a spare)."""
 
 POLLED_KEYS = frozenset({LATEST_KEY, INDEX_KEY})
 """The documents an agent polls (one of them, every few seconds): read on presigned URLs."""
@@ -310,6 +317,8 @@ class PresignedPollReader:
         self._clock = clock
         self._urls: dict[str, tuple[str, float]] = {}
         """Each polled key's presigned URL and when to sign a new one."""
+        self.http = HttpPool(max_idle=POLL_CONNECTIONS)
+        """The polls' connection, kept alive from one poll to the next."""
 
     def get(self, key: str, *, if_none_match: str | None = None) -> StoredObject | None:
         """See :class:`DocumentReader`."""
@@ -321,7 +330,8 @@ class PresignedPollReader:
             signed = self._urls[key] = (self._store.presigned_get_url(key, self._expiry_s),
                                         now + self._expiry_s / 2)
         try:
-            return http_get(signed[0], key, if_none_match=if_none_match, timeout_s=self._timeout_s)
+            return http_get(self.http, signed[0], key, if_none_match=if_none_match,
+                            timeout_s=self._timeout_s)
         except HTTPStatusError as exc:
             if exc.status != 403:
                 raise

@@ -24,12 +24,13 @@ import re
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from .config import DirectConfig
+from .http_pool import HttpPool
 from .transfer import (
     OriginURL,
     OriginURLFactory,
@@ -104,6 +105,8 @@ class DirectTransfer:
         self._news = threading.Event()
         """Set when a download's state changed (for :meth:`wait`)."""
         self._workers = WorkerPool(self.config.concurrency, name="direct")
+        self.http = HttpPool(max_idle=self.config.concurrency)
+        """The origin connections, kept alive from one download to the next."""
 
     def start_download(
         self,
@@ -199,6 +202,7 @@ class DirectTransfer:
             jobs = list(self._jobs.values())
             self._jobs.clear()
         _stop(jobs)
+        self.http.close()
 
     # -- the download thread -------------------------------------------------------------
 
@@ -268,39 +272,44 @@ class DirectTransfer:
             self._update(job, on_disk=offset)
             initial = offset
             headers = {"Range": f"bytes={offset}-"} if offset else {}
-            request = urllib.request.Request(origin.url, headers=headers)
             try:
-                response = urllib.request.urlopen(request, timeout=self.config.timeout_s)
+                with self.http.get(origin.url, headers, timeout=self.config.timeout_s) as response:
+                    return self._receive(job, out, response, offset, initial)
             except urllib.error.HTTPError as exc:
                 exc.close()
                 if exc.code == 416 and offset >= job.total:  # nothing left to fetch
                     return 0
                 raise
-            with response:
-                begin = offset if response.status == 206 else 0
-                _check_length(response, begin, job.total)  # before anything on disk changes
-                if offset != begin:  # the server ignored the range
-                    out.truncate(0)
-                    offset = out.seek(0)
-                started = time.monotonic()
-                fetched = 0
-                while offset < job.total and (
-                    chunk := response.read(min(self.config.chunk_size, job.total - offset))
-                ):
-                    if job.stop.is_set():
-                        raise _Stopped
-                    out.write(chunk)
-                    out.flush()
-                    offset += len(chunk)
-                    fetched += len(chunk)
-                    self._update(job, on_disk=offset, received=job.received + len(chunk))
-                    self._pace(job, fetched, started)
-                if offset == job.total and _more(response):  # complete, yet the response goes on
-                    out.truncate(begin)  # its bytes are suspect: keep none of them
-                    self._update(job, on_disk=begin)
-                    raise CheckFailed("size", f"the origin sent more than the file's {job.total} "
-                                              f"bytes (from byte {begin})")
-                return offset - initial
+
+    def _receive(self, job: _Job, out: BinaryIO, response: http.client.HTTPResponse,
+                 offset: int, initial: int) -> int:
+        """Append ``response`` (the answer to a GET from byte ``offset``) to ``out``; see
+        :meth:`_fetch`."""
+        assert job.stop is not None
+        begin = offset if response.status == 206 else 0
+        _check_length(response, begin, job.total)  # before anything on disk changes
+        if offset != begin:  # the server ignored the range
+            out.truncate(0)
+            offset = out.seek(0)
+        started = time.monotonic()
+        fetched = 0
+        while offset < job.total and (
+            chunk := response.read(min(self.config.chunk_size, job.total - offset))
+        ):
+            if job.stop.is_set():
+                raise _Stopped
+            out.write(chunk)
+            out.flush()
+            offset += len(chunk)
+            fetched += len(chunk)
+            self._update(job, on_disk=offset, received=job.received + len(chunk))
+            self._pace(job, fetched, started)
+        if offset == job.total and _more(response):  # complete, yet the response goes on
+            out.truncate(begin)  # its bytes are suspect: keep none of them
+            self._update(job, on_disk=begin)
+            raise CheckFailed("size", f"the origin sent more than the file's {job.total} "
+                                      f"bytes (from byte {begin})")
+        return offset - initial
 
     def _pace(self, job: _Job, fetched: int, started: float) -> None:
         """Sleep so that the download stays under the configured rate."""
