@@ -12,8 +12,9 @@ A connection goes back to the pool only when its response was read to the end an
 server did not ask to close it. A kept connection the server has closed meanwhile fails
 at once on its next request; that GET is sent again, once, on a new connection (a GET
 changes nothing, so repeating it is safe). Where the environment names a proxy for the
-URL (``http_proxy``, ``https_proxy``, ``no_proxy``), the GET goes through urllib as
-before, without pooling.
+URL (``http_proxy``, ``https_proxy``, ``no_proxy``, read when the pool is made, as
+urllib's default opener reads them once), the GET goes through urllib as before, without
+pooling.
 
 Thread-safe: any number of threads may GET at once; each connection serves one of them
 at a time.
@@ -66,6 +67,8 @@ class HttpPool:
         self._lock = threading.Lock()
         self._idle: dict[_OriginKey, list[_Idle]] = {}
         self._tls: ssl.SSLContext | None = None
+        self._proxies = urllib.request.getproxies()
+        """The environment's proxies, read once (as urllib's default opener does)."""
         self.connections_opened = 0
         """Connections opened so far (a kept one reused does not count)."""
 
@@ -75,8 +78,8 @@ class HttpPool:
         """GET ``url``; yields the 2xx response (read it within the block). Raises as
         ``urllib.request.urlopen`` does (see the module's docstring)."""
         sent = dict(headers or {})
-        if _proxied(url):
-            opener = urllib.request.build_opener()  # its ProxyHandler reads the environment now
+        if self._proxied(url):
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(self._proxies))
             with opener.open(urllib.request.Request(url, headers=sent), timeout=timeout) as answer:
                 yield answer
             return
@@ -113,6 +116,12 @@ class HttpPool:
         """Connections kept open for reuse now."""
         with self._lock:
             return sum(len(entries) for entries in self._idle.values())
+
+    def _proxied(self, url: str) -> bool:
+        """Whether the environment sends ``url`` through a proxy."""
+        parts = urlsplit(url)
+        return (parts.scheme.lower() in self._proxies
+                and not urllib.request.proxy_bypass_environment(parts.hostname or "", self._proxies))
 
     def _send(self, key: _OriginKey, url: str, headers: dict[str, str],
               timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
@@ -207,10 +216,6 @@ def _origin_key(url: str) -> _OriginKey:
     return scheme, parts.hostname, parts.port or (443 if scheme == "https" else 80)
 
 
-def _proxied(url: str) -> bool:
-    """Whether the environment sends ``url`` through a proxy."""
-    scheme, host = urlsplit(url).scheme.lower(), urlsplit(url).hostname or ""
-    return scheme in urllib.request.getproxies() and not urllib.request.proxy_bypass(host)
 
 
 __all__ = ["MAX_REDIRECTS", "HttpPool"]

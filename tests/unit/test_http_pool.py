@@ -203,3 +203,12 @@ def test_a_proxy_from_the_environment_is_used(server: _Server, monkeypatch: pyte
 def test_not_an_http_url_is_refused() -> None:
     with HttpPool() as pool, pytest.raises(ValueError, match="http"):
         _fetch(pool, "ftp://127.0.0.1/file")
+
+
+def test_no_proxy_hosts_are_fetched_directly_and_pooled(
+        server: _Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")  # nothing answers there
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    with HttpPool() as pool:
+        assert _fetch(pool, f"{server.base}/file") == b"x" * 1000
+        assert pool.connections_opened == 1
