@@ -11,8 +11,9 @@ for the default ``--discovery tracker``)::
 Each arm is a fresh :class:`~bloomswarm.sandbox.fleet.LocalFleet` (moto's S3 server behind
 the counting origin, opentracker, N ``bloomswarm agent run`` processes on 127.0.0.1, each
 with one ``[[filters]]`` table per filter). The agents run on the agent's defaults
-(agent/config.py): the fleet sets addresses and discovery, no rate cap, and polls every
-0.5 s (jitter 0.25 s), as benchmarks/small_versions.py does. The default arm changes
+(agent/config.py): the fleet sets addresses and discovery and no rate cap; the agents poll
+at their default interval (2 s, jitter 0.5 s) unless ``--poll-interval-s`` is given
+(before 2026-11-25 14:00 UTC the fleet polled every 0.5 s). The default arm changes
 nothing else; each ``--compare-direct-max-bytes`` arm sets ``[swarm] direct_max_bytes``
 alone (an arm equal to the default is the default arm, run once).
 
@@ -77,8 +78,6 @@ from bloomswarm.sandbox.fleet import FleetError, FleetSpec, LocalFleet
 
 KIB = 1024
 MIB = 1024 * KIB
-POLL_INTERVAL_S = 0.5
-"""The agents' ``[watch] poll_interval_s`` (the sandbox fleet's, with 0.25 s jitter)."""
 TARGET_SHAPE = (16, 100, 100 * KIB)
 """(agents, filters, filter size) the time and memory targets are stated for."""
 TARGET_LAST_SWAP_S = 5.0
@@ -433,13 +432,16 @@ class Shape:
     discovery: Literal["tracker", "dht", "auto"]
     idle_s: float
     round_limit_s: float
+    poll_interval_s: float | None
+    """The agents' ``[watch] poll_interval_s`` (jitter: half of it); None: the agent's
+    default (2 s, jitter 0.5 s)."""
 
 
 def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -> None:
     """Run one arm on a fresh fleet, appending its rounds to ``arm.rounds`` as measured
     (what was measured stays when a later round fails: FleetError propagates)."""
     names = filter_names(shape.filters)
-    spec = FleetSpec(agents=shape.agents, discovery=shape.discovery, poll_interval_s=POLL_INTERVAL_S,
+    spec = FleetSpec(agents=shape.agents, discovery=shape.discovery, poll_interval_s=shape.poll_interval_s,
                      filters=names, swarm=arm.swarm_overrides)
     started = time.monotonic()
     with LocalFleet(work / f"fleet-{arm.label}", spec) as fleet:
@@ -501,7 +503,7 @@ def run_arm(shape: Shape, arm: Arm, work: Path, report: Callable[[str], None]) -
 
 def run_reference(shape: Shape, work: Path, report: Callable[[str], None]) -> PollRate:
     """One unnamed filter on a fleet of as many agents: its latest.json GETs when idle."""
-    spec = FleetSpec(agents=shape.agents, discovery=shape.discovery, poll_interval_s=POLL_INTERVAL_S)
+    spec = FleetSpec(agents=shape.agents, discovery=shape.discovery, poll_interval_s=shape.poll_interval_s)
     with LocalFleet(work / "fleet-single", spec) as fleet:
         fleet.wait_until_up(limit_s=60.0 + 10.0 * shape.agents)
         published = fleet.publish(random_filter(shape.size, 0), deltas=DeltaConfig(max_bases=0))
@@ -573,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--round-limit-s", type=float, default=300.0,
                         help="give up on a round after this long: its times become lower bounds (300)")
     parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
+    parser.add_argument("--poll-interval-s", type=float, default=None,
+                        help="the agents' [watch] poll_interval_s, jitter half of it (default: the "
+                             "agent's default, 2 s and 0.5 s)")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--no-targets", action="store_true", help="exit 0 whatever the figures (smoke runs)")
     args = parser.parse_args(argv)
@@ -580,13 +585,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.agents < 1 or args.filters < 1 or args.rounds < 0 or args.size_kib <= 0 or args.idle_s < 0:
         parser.error("--agents and --filters must be at least 1, --rounds and --idle-s not negative, "
                      "--size-kib positive")
+    if args.poll_interval_s is not None and not 0 < args.poll_interval_s <= 3600:
+        parser.error("--poll-interval-s must be positive (at most 3600)")
     try:
         compare = parse_sizes(args.compare_direct_max_bytes)
     except ValueError as exc:
         parser.error(f"--compare-direct-max-bytes: {exc}")
     size = int(args.size_kib * KIB)
     shape = Shape(args.agents, args.filters, size, args.rounds, args.discovery, args.idle_s,
-                  args.round_limit_s)
+                  args.round_limit_s, args.poll_interval_s)
     default_direct = SwarmConfig().direct_max_bytes
     arms = plan_arms(compare, default_direct)
     began = time.time()
@@ -640,7 +647,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "seconds": time.time() - began,
         "settings": {"agents": args.agents, "filters": args.filters, "size_bytes": size,
-                     "rounds": args.rounds, "discovery": args.discovery, "poll_interval_s": POLL_INTERVAL_S,
+                     "rounds": args.rounds, "discovery": args.discovery,
+                     "poll_interval_s": args.poll_interval_s,
                      "idle_s": args.idle_s, "rate_limits": {"upload": 0, "download": 0, "origin": 0},
                      "agent_default_direct_max_bytes": default_direct,
                      "publisher_deltas": "off (max_bases=0)",

@@ -125,10 +125,12 @@ def test_a_tiny_run_measures_every_arm_and_the_poll_rates(tmp_path: Path) -> Non
     pytest.importorskip("moto")
     out = tmp_path / "many.json"
     code = main(["--agents", "2", "--filters", "2", "--size-kib", "8", "--rounds", "0", "--idle-s", "1",
-                 "--compare-direct-max-bytes", "65536", "--no-targets", "--json", str(out)])
+                 "--compare-direct-max-bytes", "65536", "--poll-interval-s", "0.5", "--no-targets",
+                 "--json", str(out)])
     assert code == 0
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["benchmark"] == "many_filters" and result["failure"] is None
+    assert result["settings"]["poll_interval_s"] == 0.5  # a 1 s idle window sees polls every 0.5-0.75 s
     assert [a["swarm_overrides"] for a in result["arms"]] == [{}, {"direct_max_bytes": 65536}]
     for arm in result["arms"]:
         assert [r["round"] for r in arm["rounds"]] == [0]

@@ -98,8 +98,9 @@ class FleetSpec:
     origin_cache_files: bool = True
     """The origin keeps a copy of each filter file; False: every request goes to the S3
     server (for tests that change an object in place)."""
-    poll_interval_s: float = 0.5
-    """How often agents poll latest.json."""
+    poll_interval_s: float | None = 0.5
+    """How often agents poll latest.json (jitter: half of it); None: the agent's default
+    (``[watch]`` left out)."""
     keep_versions: int = 2
     """Versions each agent keeps installed."""
     publisher_keep_versions: int | None = None
@@ -372,7 +373,8 @@ class LocalFleet(Service):
         # Everything else is the agent's default: what a deployment gets is what is measured.
         tables: dict[str, dict[str, object]] = {
             "swarm": swarm,
-            "watch": {"poll_interval_s": spec.poll_interval_s, "poll_jitter_s": spec.poll_interval_s / 2},
+            "watch": ({} if spec.poll_interval_s is None else
+                      {"poll_interval_s": spec.poll_interval_s, "poll_jitter_s": spec.poll_interval_s / 2}),
             "install": {"keep_versions": spec.keep_versions},
             "direct": {"rate_limit_bytes_per_s": spec.download_rate_limit},
         }
