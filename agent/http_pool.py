@@ -120,8 +120,7 @@ class HttpPool:
     def _proxied(self, url: str) -> bool:
         """Whether the environment sends ``url`` through a proxy."""
         parts = urlsplit(url)
-        return (parts.scheme.lower() in self._proxies
-                and not urllib.request.proxy_bypass_environment(parts.hostname or "", self._proxies))
+        return parts.scheme.lower() in self._proxies and not urllib.request.proxy_bypass(parts.hostname or "")
 
     def _send(self, key: _OriginKey, url: str, headers: dict[str, str],
               timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
