@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from bloomswarm.common.errors import ConfigError
 from bloomswarm.common.params import Layout
 
-from .arguments import count_value, filter_version_value, fpp_value, layout_value, positive_int, seed_value
+from .arguments import count_value, filter_version_value, fpp_value, layout_value, seed_value
 from .commands import HELP
 from .output_files import check_output
 
@@ -41,7 +43,7 @@ def register(commands: Any) -> None:
     build.add_argument("--parquet-column", metavar="NAME",
                        help="read keys from this Parquet column (default: a file's only column; "
                             "needs bloomswarm[parquet])")
-    build.add_argument("--expected-keys", type=positive_int, metavar="N",
+    build.add_argument("--expected-keys", type=count_value, metavar="N",
                        help="size for N keys (default: count the input first)")
     build.add_argument("--fpp", type=fpp_value, default=0.01, help="target false-positive rate (0.01)")
     build.add_argument("--layout", type=layout_value, default=Layout.BLOCKED,
@@ -59,9 +61,18 @@ def register(commands: Any) -> None:
     inspect.add_argument("--json", action="store_true", help="print JSON")
     inspect.set_defaults(handler=run_inspect)
 
-    query = commands.add_parser("query", help=HELP["query"])
+    query = commands.add_parser(
+        "query", help=HELP["query"],
+        description="Test keys against a filter file. The header is always validated; the "
+                    "body is trusted unless --verify checks its SHA-256 (a corrupt body "
+                    "gives wrong answers, not an error). The agent verifies every file it "
+                    "installs, so a file in its data directory needs no --verify.")
     query.add_argument("file", type=Path)
     query.add_argument("keys", nargs="*", metavar="KEY", help="keys to test (default: read stdin)")
+    query.add_argument("--verify", action="store_true",
+                       help="check the body's SHA-256 before answering (reads the whole file); "
+                            "without it query trusts the file, as a lookup does (the agent "
+                            "verifies what it installs)")
     _add_key_options(query)
     query.set_defaults(handler=run_query)
 
@@ -145,12 +156,7 @@ def run_inspect(args: argparse.Namespace) -> int:
     from bloomswarm.common.delta_format import DELTA_MAGIC
     from bloomswarm.common.reader import Filter
 
-    try:
-        with open(args.file, "rb") as fh:
-            is_delta = fh.read(len(DELTA_MAGIC)) == DELTA_MAGIC
-    except OSError:
-        is_delta = False  # Filter.open reports it, as for any filter
-    if is_delta:
+    if _starts_with(args.file, DELTA_MAGIC):
         info = _inspect_delta(args.file, verify=args.verify)
     else:
         with Filter.open(args.file, verify=args.verify) as f:
@@ -164,6 +170,24 @@ def run_inspect(args: argparse.Namespace) -> int:
         for name, value in info.items():
             print(f"{name:<{width}}  {value}")
     return 0
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    """Whether ``path`` is a regular file that starts with ``magic``.
+
+    False for anything else, a FIFO included (opened without blocking, never read:
+    Filter.open then reports it, as it reports a missing or unreadable file).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, len(magic), 0) == magic
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _inspect_delta(path: Path, *, verify: bool) -> dict[str, Any]:
@@ -190,7 +214,7 @@ def run_query(args: argparse.Namespace) -> int:
             for i, raw in enumerate(raw_keys)]
     if not keys:
         raise ConfigError("no keys given (pass them as arguments or on stdin)")
-    with Filter.open(args.file) as f:
+    with Filter.open(args.file, verify=args.verify) as f:
         answers = f.contains_many(keys)
     for raw, present in zip(raw_keys, answers, strict=True):
         print(f"{'present' if present else 'absent'}\t{raw.decode('utf-8', 'backslashreplace')}")

@@ -6,8 +6,9 @@ of ``current/filter.bsf`` every ``poll_interval`` seconds. It then maps and vali
 new file and swaps one reference. A lookup reads that reference once, so it answers
 wholly from the old or wholly from the new version, never from a mixture. The old
 mapping is released when the last lookup still using it returns. A new file that fails
-validation is refused (logged, counted) and the old one keeps serving; it is not opened
-again until ``current`` names another file. A new file that cannot be opened for a
+validation, or is no regular file (a FIFO is refused at once, never waited on), is refused
+(logged, counted) and the old one keeps serving; it is not opened again until ``current``
+names another file. A new file that cannot be opened for a
 passing reason (an OSError: ENOMEM from mmap, EMFILE, the file replaced meanwhile) is not
 refused: the old one keeps serving and the next refresh (the next poll or watch event)
 tries again. None of this touches the lookup path, which reads one reference.
@@ -19,6 +20,7 @@ An agent that follows named filters keeps one data directory per filter
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -31,10 +33,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .datadir import DataDir, filter_data_dir
-from .errors import BloomswarmError, NotReadyError
-from .fastpath import Engine
+from .errors import FormatError, NotReadyError
+from .fastpath import Engine, resolve_engine
 from .keys import Key
-from .reader import Filter
+from .reader import Filter, reject_single_key
 
 log = logging.getLogger("bloomswarm.live")
 
@@ -48,7 +50,7 @@ class _NoVersion:
     def __contains__(self, key: object) -> bool:
         raise NotReadyError("no filter version is installed yet")
 
-    def contains_many(self, keys: object) -> npt.NDArray[np.bool_]:
+    def contains_many(self, keys: object, *, threads: int = 1) -> npt.NDArray[np.bool_]:
         raise NotReadyError("no filter version is installed yet")
 
 
@@ -59,6 +61,11 @@ class LiveFilter:
     (pass ``wait`` to block for one at construction). With ``filter=NAME``, ``directory``
     is an agent's data directory holding named filters and the one followed is
     ``directory/filters/NAME``; an invalid name raises ValueError here.
+
+    The constructor also raises ValueError when ``poll_interval`` is not a positive, finite
+    number of seconds, and ConfigError when ``engine`` is unknown or unavailable ("c"
+    without the C extension): a bad argument is refused at once, never counted as a
+    refused file.
     """
 
     def __init__(
@@ -72,6 +79,12 @@ class LiveFilter:
         engine: Engine = "auto",
         wait: float = 0.0,
     ) -> None:
+        if not (isinstance(poll_interval, (int, float)) and math.isfinite(poll_interval)
+                and poll_interval > 0):  # 0, negative or NaN would make the poll thread spin
+            raise ValueError(
+                f"poll_interval must be a positive, finite number of seconds, got {poll_interval!r}"
+            )
+        resolve_engine(engine)  # ConfigError now, not a refusal of every version later
         self.filter_name = filter
         """The named filter followed, None for a single-filter data directory."""
         self.directory = Path(directory) if filter is None else filter_data_dir(Path(directory), filter)
@@ -90,7 +103,7 @@ class LiveFilter:
         self.swap_count = 0
         """Swaps done since construction (the first version counts)."""
         self.rejected_count = 0
-        """New files refused because they failed validation."""
+        """New files refused: they failed validation or are not regular files (a FIFO)."""
         self.open_error_count = 0
         """Attempts to open a new file that failed with an OSError (each retried later)."""
         self.last_error: str | None = None
@@ -111,9 +124,14 @@ class LiveFilter:
     def __contains__(self, key: Key) -> bool:
         return key in self._current
 
-    def contains_many(self, keys: Iterable[Key] | np.ndarray) -> npt.NDArray[np.bool_]:
-        """Batch membership, all answered from one version (see Filter.contains_many)."""
-        return self._current.contains_many(keys)
+    def contains_many(
+        self, keys: Iterable[Key] | np.ndarray, *, threads: int = 1
+    ) -> npt.NDArray[np.bool_]:
+        """Batch membership, all answered from one version (see Filter.contains_many:
+        ``threads``, and TypeError for one str or bytes key passed on its own, raised
+        even before the first version). NotReadyError until a version is installed."""
+        reject_single_key(keys)
+        return self._current.contains_many(keys, threads=threads)
 
     @property
     def filter(self) -> Filter:
@@ -156,7 +174,7 @@ class LiveFilter:
                 return False
             try:
                 new = Filter.open(path, verify=self._verify, engine=self._engine)
-            except BloomswarmError as exc:  # the content: not a valid filter file
+            except FormatError as exc:  # the content: not a valid filter file (or a FIFO)
                 self._rejected, self._failing = identity, None
                 self.rejected_count += 1
                 self.last_error = f"{path}: {exc}"

@@ -9,9 +9,11 @@ or corrupt file raises FormatError and can never cause SIGBUS.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import mmap
 import os
+import stat
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -38,6 +40,25 @@ _NO_BODY: npt.NDArray[np.uint8] = np.zeros(0, dtype=np.uint8)
 """The body of a closed filter: :meth:`Filter._body` raises ValueError when it finds it."""
 _CLOSE_LOCK = threading.Lock()
 """Makes two :meth:`Filter.close` calls from different threads one close."""
+
+
+def reject_single_key(keys: object) -> None:
+    """TypeError when a batch argument is one key (str, bytes, bytearray, memoryview): each
+    of those is iterable, and would otherwise be answered one character (byte) at a time."""
+    if isinstance(keys, (str, bytes, bytearray, memoryview)):
+        raise TypeError(
+            f"contains_many() takes a collection of keys, not one {type(keys).__name__} key: "
+            "use `key in filter` for one key, or pass [key]"
+        )
+
+
+def _check_regular_file(path: Path, mode: int) -> None:
+    """FormatError for a FIFO, device or socket; a directory keeps its OSError (EISDIR)."""
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+    raise FormatError(f"not a regular file: {path} (a FIFO, device or socket cannot be a filter file)")
 
 
 class Filter:
@@ -69,7 +90,9 @@ class Filter:
 
         With ``verify=True`` the body's SHA-256 is checked too (reads the whole file).
         Raises FormatError for a malformed, truncated or (when verified) corrupt file and
-        OSError when the file cannot be opened.
+        for a path that is not a regular file (a FIFO, device or socket: refused at once,
+        never waited on), OSError when the file cannot be opened (a directory:
+        IsADirectoryError), and ConfigError for an unknown or unavailable ``engine``.
         """
         chosen = resolve_engine(engine)
         instance: Filter = _CFilter() if chosen == "c" else _PyFilter()
@@ -77,12 +100,16 @@ class Filter:
         return instance
 
     def _attach(self, path: Path, verify: bool) -> None:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer (forever,
+        # and under LiveFilter's lock). Nothing is read before the type check below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            _check_regular_file(path, info.st_mode)
+            os.set_blocking(fd, True)
+            size = info.st_size
             header = FilterHeader.unpack(os.pread(fd, HEADER_SIZE, 0), size)
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            stat = os.fstat(fd)
         finally:
             os.close(fd)
         view = memoryview(mm)[HEADER_SIZE:]
@@ -91,7 +118,7 @@ class Filter:
             mm.close()
             raise FormatError(f"{path}: body SHA-256 does not match the header (corrupt file)")
         self.path = path
-        self.identity = (stat.st_dev, stat.st_ino)
+        self.identity = (info.st_dev, info.st_ino)
         self.header = header
         self._mm = mm
         self._view = view
@@ -118,10 +145,14 @@ class Filter:
         """Membership of each key, as a numpy bool array in input order.
 
         ``keys`` is a 1-D uint64/int64 numpy array (the fastest form) or an iterable of
-        bytes / str / int keys. ``threads > 1`` splits a large array across that many
-        threads (the C path runs without the GIL, so they use separate cores). Raises
-        ValueError "filter is closed" once the filter is closed (see the class docstring).
+        bytes / str / int keys. One key on its own (a str, bytes, bytearray or memoryview)
+        raises TypeError rather than being taken as a sequence of one-character keys: use
+        ``key in filter`` for one key. ``threads > 1`` splits a large array across that
+        many threads (the C path runs without the GIL, so they use separate cores).
+        Raises ValueError "filter is closed" once the filter is closed (see the class
+        docstring).
         """
+        reject_single_key(keys)
         self._check_open()
         if isinstance(keys, np.ndarray):
             u64 = batch.as_u64_keys(keys)
