@@ -130,11 +130,7 @@ def _main(argv: list[str]) -> int:
     except SystemExit:  # --help: argparse printed it; a closed stdout shows in main()
         sys.stdout.flush()
         raise
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(verbose=args.verbose)
     # Our own progress and events at INFO; libraries (botocore, distributed) only warn
     # unless --verbose, so a failure stays one line.
     logging.getLogger("bloomswarm").setLevel(
@@ -156,6 +152,25 @@ def _main(argv: list[str]) -> int:
         code, line = report_error(args.command, exc)
         print(line, file=sys.stderr)
         return code
+
+
+def configure_logging(*, verbose: bool) -> None:
+    """Log to stderr (``logging.basicConfig``: nothing changes when the root logger has
+    a handler already). Unless ``verbose``, the handler passes records of other loggers
+    than ``bloomswarm``'s at WARNING and above only, whatever level a library sets its
+    own logger to (``distributed`` sets INFO on import, after this runs)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not verbose:
+        handler.addFilter(library_warnings_only)
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, handlers=[handler])
+
+
+def library_warnings_only(record: logging.LogRecord) -> bool:
+    """Whether a record passes the non-verbose handler: any of ``bloomswarm``'s, or a
+    library's at WARNING and above."""
+    ours = record.name == "bloomswarm" or record.name.startswith("bloomswarm.")
+    return ours or record.levelno >= logging.WARNING
 
 
 def stdout_closed() -> bool:

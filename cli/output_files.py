@@ -9,9 +9,11 @@ does not exist or that is a directory.
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bloomswarm.common.errors import ConfigError
@@ -20,8 +22,9 @@ from bloomswarm.common.errors import ConfigError
 def check_output(output: Path, inputs: Iterable[str | Path] = ()) -> None:
     """ConfigError unless ``output`` may be written: its folder exists, it is not a
     directory or another file that is not a regular one (a FIFO, a device, a socket), and
-    it is none of the local ``inputs`` (the same file by any name, or a file inside an
-    input directory). An input with ``://`` (an S3 URL) is no local file."""
+    it is none of the local ``inputs`` (the same file by any name, a file inside an
+    input directory, or a path a glob input matches, whether or not it exists yet). An
+    input with ``://`` (an S3 URL) is no local file."""
     if not output.parent.is_dir():
         raise ConfigError(f"output directory does not exist: {output.parent}")
     try:
@@ -40,18 +43,51 @@ def check_output(output: Path, inputs: Iterable[str | Path] = ()) -> None:
 
 def _refuse_output_among_inputs(output: Path, inputs: Iterable[str | Path]) -> None:
     """ConfigError when the output file is one of the local inputs (the same file, by
-    path or by device and inode), or inside an input directory: the command would replace
-    its own input, or a build would read a filter as keys next time."""
-    target = output.resolve()
+    path or by device and inode), inside an input directory, or matched by a glob input:
+    the command would replace its own input, or a build would read a filter as keys
+    next time."""
     for given in inputs:
-        if "://" in str(given):
-            continue
-        source = Path(given).resolve()
-        same = target == source
-        if not same:
-            try:
-                same = os.path.samefile(output, given)
-            except (OSError, ValueError):
-                same = False  # no output yet, or an input that does not exist (its command says so)
-        if same or (source.is_dir() and source in target.parents):
+        if "://" not in str(given) and _is_among(output, given):
             raise ConfigError(f"the output {output} is among the inputs ({given}): write it elsewhere")
+
+
+def _is_among(output: Path, given: str | Path) -> bool:
+    """Whether the output is the input ``given``, inside it (a directory), or matched by
+    it (a glob that is not an existing path: those are taken literally)."""
+    target = output.resolve()
+    source = Path(given).resolve()
+    if target == source or (source.is_dir() and source in target.parents):
+        return True
+    try:
+        if os.path.samefile(output, given):
+            return True
+    except (OSError, ValueError):
+        pass  # no output yet, or an input that does not exist (its command says so)
+    if os.path.lexists(given) or not glob.has_magic(str(given)):
+        return False
+    return any(glob_matches(str(given), path) for path in (os.path.abspath(output), str(target)))
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether the input glob ``pattern`` (relative to the working directory) would match
+    the file ``path`` if it existed: ``fnmatch`` per path component, ``*`` and ``?`` do
+    not match a leading dot, ``**`` is any number of non-hidden directories. Paths
+    spelled through a symbolic link or ``..`` the pattern does not use are not matched."""
+    if pattern.endswith("/"):
+        return False  # "DIR/*/" matches directories only
+    return _match_parts(os.path.abspath(pattern).split(os.sep), os.path.abspath(path).split(os.sep))
+
+
+def _match_parts(pattern: Sequence[str], path: Sequence[str]) -> bool:
+    if not pattern:
+        return not path
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_match_parts(rest, path[skip:]) for skip in range(len(path) + 1)
+                   if not any(part.startswith(".") for part in path[:skip]))
+    if not path:
+        return False
+    name = path[0]
+    if name.startswith(".") and not head.startswith(".") and glob.has_magic(head):
+        return False
+    return fnmatch.fnmatchcase(name, head) and _match_parts(rest, path[1:])

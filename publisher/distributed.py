@@ -6,12 +6,15 @@ How it runs (``bloomswarm build ... --engine dask [--scheduler ADDRESS]``):
    an uncompressed, non-CSV text input larger than :data:`SPLIT_BYTES` is split into
    byte ranges of about that size (a range owns the lines that start in it); a Parquet
    input is split into runs of row groups of about that size; a gzip, zstd or CSV input
-   is one partition (it cannot be read from the middle). Empty inputs are dropped.
+   is one partition (it cannot be read from the middle). Empty inputs are dropped, after
+   the check the local build makes: with ``parquet_column`` and no ``csv_column`` every
+   input must be Parquet (:func:`~.sources.check_parquet_only`).
 2. The partitions are packed into :data:`PARTIALS_PER_THREAD` tasks per worker thread,
    balanced by size (:func:`group_partitions`). One task reads its partitions and fills
    one partial filter, so a worker holds a bounded number of bit arrays at a time.
 3. Without ``expected_keys``, a first distributed pass counts the keys (the same tasks,
-   returning counts); the filter is sized from the sum, exactly as the local build does.
+   returning counts); the filter is sized from the sum, exactly as the local build does,
+   and the keys inserted must add up to it (InputError otherwise, as locally).
 4. Every task builds its partial filter with the **same parameters** (size, k, layout,
    seed) and returns the bit array as bytes plus its key count. Pairwise merge tasks
    (:meth:`FilterBuilder.merge`, a bitwise OR) reduce them level by level on the
@@ -41,7 +44,7 @@ from itertools import pairwise
 from typing import Any
 
 from bloomswarm.common.builder import FilterBuilder
-from bloomswarm.common.errors import BloomswarmError, ConfigError
+from bloomswarm.common.errors import BloomswarmError, ConfigError, InputError
 from bloomswarm.common.fastpath import Engine
 from bloomswarm.common.params import FilterParams
 
@@ -50,7 +53,14 @@ from .progress import Progress
 from .source_inputs import input_size, read_magic, resolve_inputs
 from .source_parquet import PARQUET_MAGIC
 from .source_text import is_compressed
-from .sources import InputRef, Partition, SourceSpec, iter_partition_batches, parquet_row_group_sizes
+from .sources import (
+    InputRef,
+    Partition,
+    SourceSpec,
+    check_parquet_only,
+    iter_partition_batches,
+    parquet_row_group_sizes,
+)
 
 log = logging.getLogger("bloomswarm.distributed")
 
@@ -74,15 +84,18 @@ class PartialFilter:
 
 
 def plan_partitions(source: SourceSpec, split_bytes: int = SPLIT_BYTES) -> list[tuple[Partition, int]]:
-    """Every partition of ``source`` with its size in bytes, in input order."""
+    """Every partition of ``source`` with its size in bytes, in input order; empty inputs
+    have none. InputError, as the local build raises, for an input that is not Parquet
+    when ``source`` reads Parquet only (:func:`~.sources.check_parquet_only`)."""
     if split_bytes < 1:
         raise ValueError("split_bytes must be positive")
     plan: list[tuple[Partition, int]] = []
     for ref in resolve_inputs(source.paths, source.s3_config):
         size = input_size(ref)
+        magic = read_magic(ref, size)
+        check_parquet_only(str(ref), magic, source)
         if size == 0:
             continue
-        magic = read_magic(ref, size)
         if magic == PARQUET_MAGIC:
             plan.extend(_row_group_partitions(ref, source, split_bytes))
         elif size > split_bytes and source.csv_column is None and not is_compressed(magic):
@@ -161,8 +174,10 @@ def build_filter_dask(source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
     """Build the filter of ``source`` on Dask; bit-identical to the local build.
 
     ConfigError when dask is not installed or the scheduler cannot be reached; errors
-    raised on a worker (InputError, StorageError) reach the caller unchanged; any other
-    failure of the cluster becomes a one-line BloomswarmError.
+    raised on a worker (InputError, StorageError) reach the caller unchanged; without
+    ``expected_keys``, InputError when the keys inserted differ from the keys counted (the
+    input changed between the two passes), as the local build raises; any other failure
+    of the cluster becomes a one-line BloomswarmError.
     """
     with _client(spec) as client:
         try:
@@ -190,12 +205,25 @@ def _build(client: Any, source: SourceSpec, spec: BuildSpec) -> FilterBuilder:
     if not groups:
         return template
     final = _reduce(client, groups, source, template.params, spec, workers=sorted(nthreads))
+    if spec.expected_keys is None:
+        check_same_count(capacity, final.key_count)
     builder = FilterBuilder(
         template.params, capacity=template.capacity, target_fpp=template.target_fpp,
         engine=spec.kernel, body=final.body, key_count=final.key_count,
     )
     warn_if_over_capacity(builder, capacity)
     return builder
+
+
+def check_same_count(counted: int, inserted: int) -> None:
+    """InputError when the insert pass read another number of keys than the counting pass
+    (the local build's check, :func:`~.build.build_filter`, with its message)."""
+    if inserted != counted:
+        raise InputError(
+            f"the input changed between the two passes over it: {counted:,} keys counted, then "
+            f"{inserted:,} read (a pipe or stdin can be read once: pass --expected-keys "
+            "to build in one pass; or files changed while building)"
+        )
 
 
 def _count(client: Any, groups: list[list[Partition]], source: SourceSpec, progress: bool) -> int:
@@ -281,18 +309,26 @@ key than the same code in the client. Set the same two on a real cluster's worke
 
 def start_local_cluster(workers: int) -> Any:
     """Start a LocalCluster of ``workers`` single-threaded worker processes with
-    :data:`WORKER_CONFIG`; the caller closes it (it is a context manager).
-    BloomswarmError when it cannot start."""
+    :data:`WORKER_CONFIG`; the caller closes it (it is a context manager). The workers
+    print nothing below CRITICAL (unless this module's logger is at DEBUG, ``--verbose``):
+    a task's error reaches the client as its exception, not as a worker's traceback on
+    stderr. BloomswarmError when it cannot start."""
     dask = _distributed()
     config: Any = importlib.import_module("dask.config")
     try:
         with config.set(WORKER_CONFIG):
             return dask.LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True,
-                dashboard_address=":0", silence_logs=logging.ERROR,
+                dashboard_address=":0", silence_logs=_worker_log_level(),
             )
     except (OSError, RuntimeError) as exc:
         raise BloomswarmError(f"cannot start a local Dask cluster of {workers} workers: {exc}") from exc
+
+
+def _worker_log_level() -> int:
+    """The level below which the LocalCluster's workers print nothing: ERROR with
+    ``--verbose``, else CRITICAL (a failed task logs "Compute Failed" at ERROR)."""
+    return logging.ERROR if log.isEnabledFor(logging.DEBUG) else logging.CRITICAL
 
 
 def _distributed() -> Any:

@@ -1,13 +1,15 @@
 """Fingerprinting the input data set, recorded in each manifest as ``source_fingerprint``.
 
-The fingerprint is ``"files-sha256:"`` + the SHA-256 of one line per input file, in the
-order the build reads them: the resolved path, the size in bytes and the modification
-time in nanoseconds, tab-separated, followed by the key type and the CSV and Parquet
-columns. It is a
-metadata hash, not a content hash: it costs no extra pass over the data, and it says
-which listing of which files a version was built from. Whether a version changed is
-decided by the filter body's SHA-256, not by this. ``s3://`` inputs contribute their
-URL only.
+The fingerprint is ``"files-sha256:"`` + the SHA-256 of: first one line per ``s3://``
+input, its URL as given (not the objects under it), in the order given; then one line
+per local input file, in the order the build reads the local inputs: the resolved path,
+the size in bytes and the modification time in nanoseconds, tab-separated; then the key
+type and the CSV and Parquet columns. (When S3 URLs and local paths are mixed, the build
+reads them in the order given; the fingerprint keeps the URLs first, so fingerprints
+already recorded stay comparable.) It is a metadata hash, not a content hash: it costs
+no extra pass over the data, and it says which listing of which files a version was
+built from. Whether a version changed is decided by the filter body's SHA-256, not by
+this.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 
 from bloomswarm.common.errors import InputError
 
+from .source_inputs import is_s3_url
 from .sources import SourceSpec, expand_paths
 
 PREFIX = "files-sha256:"
@@ -24,8 +27,8 @@ PREFIX = "files-sha256:"
 def source_fingerprint(source: SourceSpec) -> str:
     """The fingerprint of ``source``'s input files; InputError when one cannot be stat'ed."""
     digest = hashlib.sha256()
-    local = [p for p in source.paths if not p.startswith("s3://")]
-    for url in (p for p in source.paths if p.startswith("s3://")):
+    local = [p for p in source.paths if not is_s3_url(p)]
+    for url in (p for p in source.paths if is_s3_url(p)):
         digest.update(f"{url}\n".encode())
     for path in expand_paths(local) if local else []:
         try:

@@ -64,7 +64,8 @@ def is_s3_url(pattern: str) -> bool:
 
 
 def expand_paths(patterns: Sequence[str]) -> list[Path]:
-    """Resolve files, directories and globs to a sorted list of files; InputError if none."""
+    """Resolve files, directories and globs to a list of files (each pattern's sorted, as
+    :func:`resolve_inputs` does); InputError for a pattern that adds none."""
     files: list[Path] = []
     for pattern in patterns:
         files.extend(_expand_local(pattern))
@@ -77,7 +78,9 @@ def resolve_inputs(patterns: Sequence[str], s3_config: S3Config | None = None) -
     """Resolve local patterns and ``s3://bucket/prefix`` URLs to input references.
 
     A local pattern is a file, a directory (its regular files, sorted; a directory
-    without any is an InputError, not an input that adds no keys) or a glob; a path
+    without any is an InputError, not an input that adds no keys) or a glob (the regular
+    files it matches; one matching none, directories only included, is an InputError
+    too, whatever the other patterns hold); a path
     that exists is taken literally even when it holds glob characters (``keys[1].txt``).
     ``**`` matches any depth of directories, hidden ones excepted, and follows a
     symlinked directory only to a directory that walk has not visited yet: a symlink
@@ -113,9 +116,11 @@ def _expand_local(pattern: str) -> list[Path]:
         return [Path(pattern)]
     if glob.has_magic(pattern):
         matches = sorted({Path(p) for p in _glob(pattern)})
-        if not matches:
-            raise InputError(f"no files match {pattern}")
-        return [p for p in matches if p.is_file()]
+        files = [p for p in matches if p.is_file()]
+        if not files:  # as for a directory: a pattern that adds nothing is a mistake
+            raise InputError(f"no files match {pattern}" + (
+                " (it matches directories only; globs do not read inside them)" if matches else ""))
+        return files
     raise InputError(f"input not found: {pattern}")
 
 

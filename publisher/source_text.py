@@ -1,15 +1,18 @@
 """Text inputs: keys one per line (plain, gzip or zstd) and CSV columns, read in batches.
 
 Lines end with ``\\n``; trailing ``\\r`` characters are stripped (``\\r\\n`` files work) and
-blank lines are skipped. Data is read in blocks of :data:`BLOCK_SIZE` bytes and each
-block's whole lines become one batch, so memory stays bounded by the block size plus the
-longest line, which is at most :data:`MAX_KEY_BYTES` (a longer line is an error, raised
-before more than about a block past the limit is held). An uncompressed file can also be
-read by byte range (:func:`range_chunks`), which is how the distributed build splits a
-big file.
+blank lines are skipped. A UTF-8 byte order mark at the start of an input is not part of
+its first key, for every key type (:func:`skip_bom`), as in CSV. Data is read in blocks
+of :data:`BLOCK_SIZE` bytes and each block's whole lines become one batch, so memory
+stays bounded by the block size plus the longest line, which is at most
+:data:`MAX_KEY_BYTES` (a longer line is an error, raised before more than about a block
+past the limit is held). An uncompressed file can also be read by byte range
+(:func:`range_chunks`), which is how the distributed build splits a big file.
 
 CSV is parsed strictly: a quoted field that never ends, or text after a closing quote, is
-an error naming the line, not a field that swallows the rest of the file.
+an error naming the line, not a field that swallows the rest of the file. Only the key
+column has to be UTF-8 (and only for str and int keys): the other columns' bytes are
+carried through undecoded, and a bytes key is its field's exact bytes.
 """
 
 from __future__ import annotations
@@ -38,10 +41,18 @@ MAX_KEY_BYTES = 1 << 20
 Keys are hashed, so length costs nothing in the filter, but a multi-megabyte "key" in a
 text file is almost surely bad input (a binary file, a file without line ends);
 refusing it keeps memory bounded."""
+MAX_CSV_FIELD_CHARS = MAX_KEY_BYTES
+"""The longest CSV field read (in characters): the same bound as a text key."""
 MAX_CSV_LINE_CHARS = 16 << 20
 """The longest physical CSV line read (in characters). Fields are bounded on their own
-(the csv module's field size limit); this bounds a row of many fields, or a file with no
+(:data:`MAX_CSV_FIELD_CHARS`); this bounds a row of many fields, or a file with no
 line ends, so it cannot fill memory."""
+
+UTF8_BOM = b"\xef\xbb\xbf"
+
+# The csv module's field size limit is process-wide state (no reader takes its own), so it
+# is raised once, here, and only ever raised: a CSV key may be as long as a text key.
+csv.field_size_limit(max(csv.field_size_limit(), MAX_CSV_FIELD_CHARS))
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -170,6 +181,22 @@ def range_chunks(chunks: Iterator[bytes], start: int, end: int) -> Iterator[byte
         offset += len(chunk)
 
 
+def skip_bom(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``chunks`` (an input's bytes from its first byte) without a leading UTF-8 byte
+    order mark, however the first chunks are cut."""
+    head = b""
+    rest = iter(chunks)
+    for chunk in rest:
+        head += chunk
+        if len(head) >= len(UTF8_BOM):
+            break
+    if head.startswith(UTF8_BOM):
+        head = head[len(UTF8_BOM):]
+    if head:
+        yield head
+    yield from rest
+
+
 def line_batches(chunks: Iterator[bytes], key_type: KeyType, where: str) -> Iterator[KeyBatch]:
     """One batch of keys per block of whole lines; errors name ``where`` and the line.
     A line longer than :data:`MAX_KEY_BYTES` is an InputError."""
@@ -250,8 +277,11 @@ def csv_batches(stream: BinaryIO, column: str, key_type: KeyType, where: str) ->
     """Batches of the keys in CSV column ``column`` (chosen by header name); empty fields
     and short rows are skipped. Numbers in errors are row numbers (the header is row 1),
     except for malformed CSV (an unterminated quote, text after a closing quote, a line
-    over :data:`MAX_CSV_LINE_CHARS`), which names the line where the bad row starts."""
-    text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+    over :data:`MAX_CSV_LINE_CHARS` or a field over :data:`MAX_CSV_FIELD_CHARS`), which
+    names the line where the bad row starts. A leading byte order mark is skipped. Bytes
+    that are not UTF-8 are kept as they are (``surrogateescape``): a str or int key that
+    is not UTF-8 is an InputError naming its row; a bytes key is its field's bytes."""
+    text = io.TextIOWrapper(stream, encoding="utf-8-sig", errors="surrogateescape", newline="")
     reader = csv.reader(_bounded_lines(text, where), strict=True)
     header = _next_row(reader, where)
     if header is None:
@@ -261,7 +291,8 @@ def csv_batches(stream: BinaryIO, column: str, key_type: KeyType, where: str) ->
     index = header.index(column)
     row_no = 2
     while rows := _csv_rows(reader, where, CSV_BATCH_ROWS):
-        fields = [row[index].encode("utf-8") if index < len(row) else b"" for row in rows]
+        fields = [row[index].encode("utf-8", "surrogateescape") if index < len(row) else b""
+                  for row in rows]
         yield convert_fields(fields, key_type, where, row_no)
         row_no += len(rows)
 

@@ -8,10 +8,12 @@ name:
 - ``PAR1``: Parquet; keys are one column's values (:mod:`.source_parquet`);
 - gzip or zstd magic: compressed text, decompressed on the fly;
 - anything else: plain text (but an input named .gz or .zst that is too short to hold
-  its format's marker is an error: a cut-off file, not a key).
+  its format's marker is an error: a cut-off file, not a key). With ``parquet_column``
+  and no ``csv_column``, anything but Parquet is an error (:func:`check_parquet_only`).
 
 Text is read as one key per line (line endings stripped, blank lines skipped), or as one
-CSV column chosen by header name (:mod:`.source_text`). Memory stays bounded: inputs are
+CSV column chosen by header name (:mod:`.source_text`); a leading UTF-8 byte order mark is
+skipped. Memory stays bounded: inputs are
 streamed in blocks and converted in batches, never collected.
 
 The unit of reading is a :class:`Partition`: a whole input, a byte range of an
@@ -27,8 +29,6 @@ import csv
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import BinaryIO
 
 import zstandard
 
@@ -55,6 +55,7 @@ from .source_text import (
     line_batches,
     range_chunks,
     read_chunks,
+    skip_bom,
 )
 
 __all__ = [
@@ -65,13 +66,13 @@ __all__ = [
     "Partition",
     "S3Input",
     "SourceSpec",
+    "check_parquet_only",
     "convert_fields",
     "convert_key",
     "expand_paths",
     "iter_key_batches",
     "iter_keys",
     "iter_partition_batches",
-    "open_decompressed",
     "parquet_row_group_sizes",
     "resolve_inputs",
 ]
@@ -142,6 +143,7 @@ def iter_partition_batches(part: Partition, spec: SourceSpec) -> Iterator[KeyBat
     where = str(part)
     try:
         if part.byte_range is not None:
+            check_parquet_only(where, b"", spec)  # a byte range is never Parquet
             yield from _range_batches(part.source, part.byte_range, spec.key_type, where)
         else:
             yield from _input_batches(part, spec, where)
@@ -149,18 +151,13 @@ def iter_partition_batches(part: Partition, spec: SourceSpec) -> Iterator[KeyBat
         raise InputError(f"cannot read {where}: {exc}") from exc
 
 
-def open_decompressed(path: Path) -> BinaryIO:
-    """Open a local file for binary reading, decompressing gzip or zstd transparently."""
-    magic, stream = sniff(open_raw(LocalInput(path)))
-    return decompressing(stream, magic)
-
-
 def _range_batches(
     ref: InputRef, byte_range: tuple[int, int], key_type: KeyType, where: str
 ) -> Iterator[KeyBatch]:
     start, end = byte_range
     with open_raw(ref, max(start - 1, 0)) as raw:
-        yield from line_batches(range_chunks(read_chunks(raw), start, end), key_type, where)
+        chunks = range_chunks(read_chunks(raw), start, end)
+        yield from line_batches(skip_bom(chunks) if start == 0 else chunks, key_type, where)
 
 
 def _input_batches(part: Partition, spec: SourceSpec, where: str) -> Iterator[KeyBatch]:
@@ -175,17 +172,24 @@ def _input_batches(part: Partition, spec: SourceSpec, where: str) -> Iterator[Ke
             parquet = ParquetInput(stream, spec.parquet_column, spec.key_type, where)
             yield from parquet.batches(part.row_groups)
             return
-        if spec.parquet_column is not None and spec.csv_column is None:
-            raise InputError(
-                f"{where} is not a Parquet file (it does not start with PAR1); "
-                "--parquet-column reads Parquet inputs only"
-            )
+        check_parquet_only(where, magic, spec)
         check_named_format(str(part.source), magic)
         text = stack.enter_context(decompressing(stream, magic))
         if spec.csv_column is not None:
             yield from csv_batches(text, spec.csv_column, spec.key_type, where)
         else:
-            yield from line_batches(read_chunks(text), spec.key_type, where)
+            yield from line_batches(skip_bom(read_chunks(text)), spec.key_type, where)
+
+
+def check_parquet_only(where: str, magic: bytes, spec: SourceSpec) -> None:
+    """InputError when ``spec`` reads Parquet only (``parquet_column`` without
+    ``csv_column``) and the input ``where``, whose first bytes are ``magic``, is not
+    Parquet (an empty input included): a text input is then a likely mistake, not lines."""
+    if spec.parquet_column is not None and spec.csv_column is None and magic != PARQUET_MAGIC:
+        raise InputError(
+            f"{where} is not a Parquet file (it does not start with PAR1); "
+            "--parquet-column reads Parquet inputs only"
+        )
 
 
 def parquet_row_group_sizes(ref: InputRef, spec: SourceSpec) -> list[int]:

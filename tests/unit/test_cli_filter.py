@@ -25,6 +25,7 @@ from bloomswarm.common.header import HEADER_SIZE
 from bloomswarm.common.params import Layout
 from bloomswarm.common.reader import Filter
 from bloomswarm.main import main
+from bloomswarm.publisher.source_text import MAX_CSV_FIELD_CHARS
 
 KEYS = [f"user-{i:05d}" for i in range(1000)]
 ABSENT = [f"nobody-{i}" for i in range(20)]
@@ -297,7 +298,7 @@ def bad_inputs(tmp_path: Path) -> Path:
     with open(d / "wrong.csv", "w", newline="") as fh:
         csv.writer(fh).writerows([["id", "name"], ["1", "x"]])
     with open(d / "huge.csv", "w", newline="") as fh:
-        csv.writer(fh).writerows([["key"], ["x" * 200_000]])
+        csv.writer(fh).writerows([["key"], ["x" * (MAX_CSV_FIELD_CHARS + 1)]])
     (d / "empty").mkdir()
     (d / "not_a_filter.bin").write_bytes(b"\x00" * 8192)
     (d / "short.bin").write_bytes(b"BLMSWRM\x00 too short")

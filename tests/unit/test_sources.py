@@ -23,7 +23,6 @@ from bloomswarm.publisher.sources import (
     convert_key,
     expand_paths,
     iter_keys,
-    open_decompressed,
 )
 
 WORDS = ["alpha", "beta", "gamma", "δέλτα", "key with spaces", "tab\tinside", "ünïcødé ✓"]
@@ -103,14 +102,6 @@ def test_empty_file_has_no_keys(tmp_path: Path) -> None:
     (tmp_path / "empty.gz").write_bytes(gzip.compress(b""))
     (tmp_path / "empty.zst").write_bytes(zstandard.ZstdCompressor().compress(b""))
     assert keys(tmp_path / "empty.txt", tmp_path / "empty.gz", tmp_path / "empty.zst") == []
-
-
-def test_open_decompressed_closes_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "k.zst"
-    _write_zstd(path, b"a\n")
-    with open_decompressed(path) as stream:
-        assert stream.read() == b"a\n"
-    assert stream.closed
 
 
 # -- directories and globs ------------------------------------------------------------------
@@ -205,14 +196,15 @@ def test_csv_int_error_names_the_row(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "content",
-    [b"key\n" + b"x" * 200_000 + b"\n", b"key\ncaf\xe9\n"],
+    ("content", "message"),
+    [(b"key\n" + b"x" * (2 << 20) + b"\n", r"cannot read .*bad\.csv.*field limit"),
+     (b"key\ncaf\xe9\n", r"bad\.csv:2: not valid UTF-8")],
     ids=["field-over-csv-limit", "invalid-utf8"],
 )
-def test_unreadable_csv_is_an_input_error(tmp_path: Path, content: bytes) -> None:
+def test_unreadable_csv_is_an_input_error(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_bytes(content)
-    with pytest.raises(InputError, match=r"cannot read .*bad\.csv"):
+    with pytest.raises(InputError, match=message):
         keys(path, csv_column="key")
 
 
