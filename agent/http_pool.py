@@ -193,7 +193,8 @@ class HttpPool:
 
     def _open(self, key: _OriginKey, timeout: float) -> http.client.HTTPConnection:
         scheme, host, port = key
-        self.connections_opened += 1
+        with self._lock:
+            self.connections_opened += 1
         if scheme == "https":
             if self._tls is None:
                 self._tls = ssl.create_default_context()
