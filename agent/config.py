@@ -502,13 +502,66 @@ class StatusConfig:
     """The HTTP endpoint with /healthz, /readyz, /metrics and /status."""
 
     host: str = "127.0.0.1"
-    """Address to listen on; loopback by default (the scraper runs on the instance)."""
+    """Address to listen on; loopback by default (the scraper runs on the instance). An
+    IPv4 or IPv6 address (``::1``, ``::`` for every address; no brackets) or a host name.
+    Checked at load: an empty host, a NUL or blank in it, or a malformed IPv6 address is
+    refused, naming ``status.host`` (a name that does not resolve fails at bind)."""
     port: int = 9731
     """TCP port; 0 picks a free one."""
 
     def __post_init__(self) -> None:
+        check_status_host(self.host)
         if not 0 <= self.port <= 65535:
             raise ConfigError(f"status.port must be in 0..65535, got {self.port}")
+
+    @property
+    def local_url(self) -> str:
+        """The base URL a client on this machine reaches the endpoint at: a wildcard host
+        (``0.0.0.0``, ``::``) is reached on 127.0.0.1 (a ``::`` listener takes IPv4 too),
+        an IPv6 address goes in brackets: ``http://[::1]:9731``."""
+        host = self.host
+        if _is_unspecified(host):
+            host = "127.0.0.1"
+        return f"http://{url_host(host)}:{self.port}"
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+"""The characters of a host name or IPv4 address ``status.host`` may be."""
+
+
+def check_status_host(host: object) -> None:
+    """ConfigError naming ``status.host`` unless ``host`` is an IPv6 address (without
+    brackets; a ``%scope`` allowed) or made of what an IPv4 address or a host name is
+    (letters, digits, ``.``, ``-``, ``_``): an empty host (every address), a NUL or a
+    blank would fail at bind with an internal error, or worse, listen where nobody meant
+    it to. Whether such a name resolves (``999.1.1.1`` does not) is the bind's to say:
+    "cannot listen on ..." (docs/bad-input.md)."""
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"status.host must be an IP address or host name, got {host!r}")
+    if host.startswith("[") and host.endswith("]"):
+        raise ConfigError(f"status.host: write an IPv6 address without brackets, got {host!r}")
+    try:
+        if ":" in host:
+            ipaddress.IPv6Address(host)
+        elif not _HOST_NAME.fullmatch(host):
+            raise ValueError(host)
+    except ValueError:
+        raise ConfigError(
+            f"status.host must be an IP address or host name, got {host!r:.80}"
+        ) from None
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL: an IPv6 address in brackets (``[::1]``)."""
+    return f"[{host}]" if ":" in host else host
+
+
+def _is_unspecified(host: str) -> bool:
+    """Whether ``host`` is the wildcard address of its family (``0.0.0.0``, ``::``)."""
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
 
 
 @dataclass(frozen=True)
@@ -578,6 +631,8 @@ class AgentConfig:
     filter at the bucket prefix (a single-filter data directory)."""
 
     def __post_init__(self) -> None:
+        if "\0" in str(self.data_dir):
+            raise ConfigError(f"data_dir must not contain a NUL character, got {str(self.data_dir)!r:.80}")
         if not isinstance(self.filters, tuple) or not all(
             isinstance(entry, FilterConfig) for entry in self.filters
         ):
@@ -600,9 +655,6 @@ _LOADER = SettingsLoader(
     AgentConfig, env_prefix=ENV_PREFIX, strict=True, ignore_env=(CONFIG_ENV,), scalar_lists=True,
     exclude=(FILTERS_KEY,),
 )
-
-TABLES: dict[str, Any] = _LOADER.tables
-"""Table name -> the dataclass it builds."""
 
 SETTINGS: dict[str, Any] = _LOADER.settings
 """Dotted setting name -> the type its value must have."""

@@ -327,10 +327,17 @@ class FilterSet:
         return f"filter {name!r} not started: {exc}"
 
     def _reload(self, load_config: Callable[[], AgentConfig]) -> None:
+        """Apply ``load_config()``. Whatever it raises (ConfigError for a bad file; any
+        other exception is a bug, logged with its traceback) is logged as reload_failed
+        and the running configuration kept: a reload never ends the agent."""
         try:
             config = load_config()
         except BloomswarmError as exc:
             self._reload_failed(str(exc))
+            return
+        except Exception as exc:  # a bug in loading: not worth the running agent
+            log.error("reload: loading the configuration failed unexpectedly", exc_info=exc)
+            self._reload_failed(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}")
             return
         self.reconfigure(config)
 

@@ -1,8 +1,9 @@
 """The agent's HTTP endpoint: ``/healthz``, ``/readyz``, ``/metrics`` and ``/status``.
 
-:class:`StatusServer` (127.0.0.1 by default) serves ``/healthz`` (200 while the process
-runs), ``/readyz`` (200 once a verified version is installed, else 503), ``/metrics``
-(Prometheus text format, of an :class:`~.metrics.AgentMetrics` or a
+:class:`StatusServer` (127.0.0.1 by default; an IPv6 host gets an IPv6 socket) serves
+``/healthz`` (200 while the process runs), ``/readyz`` (200 once a verified version is
+installed, else 503), ``/metrics`` (Prometheus text format, of an
+:class:`~.metrics.AgentMetrics` or a
 :class:`~.filter_set.FilterSet`) and ``/status`` (JSON, what ``bloomswarm agent status``
 prints). A connection has :data:`REQUEST_TIMEOUT_S` to send its request and take the
 answer, and at most :data:`MAX_CONNECTIONS` are served at once, so a slow, silent or
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import ipaddress
 import json
 import logging
 import socket
@@ -79,13 +81,24 @@ class StatusServer:
 
     @property
     def url(self) -> str:
-        """The base URL, e.g. "http://127.0.0.1:9731" (the bound port)."""
-        return f"http://{self.host}:{self.port}"
+        """The base URL, e.g. "http://127.0.0.1:9731" (the bound port), an IPv6 host in
+        brackets: "http://[::1]:9731"."""
+        return f"http://{self.address}"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` as written in a URL or a log line (``[::1]:9731`` for IPv6)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
 
     def start(self) -> str:
-        """Bind and serve; return the base URL. OSError when the address is taken."""
+        """Bind and serve; return the base URL. The socket's family follows the host
+        (:func:`address_family`): IPv6 for an IPv6 address (``::`` takes IPv4 connections
+        too where the system allows), IPv4 otherwise. OSError when the address is taken or
+        the host does not resolve."""
         handler = _make_handler(self.metrics, self.status)
-        self._server = _BoundedHTTPServer((self.host, self.port), handler)
+        family = address_family(self.host, self.port)
+        self._server = _BoundedHTTPServer((self.host, self.port), handler, family)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(SERVE_POLL_S,), name="agent-status", daemon=True
@@ -102,6 +115,21 @@ class StatusServer:
         if self._thread is not None:
             self._thread.join(5.0)
             self._thread = None
+
+
+def address_family(host: str, port: int = 0) -> socket.AddressFamily:
+    """The socket family to listen on ``host`` with: AF_INET6 for an IPv6 address (it has
+    a ``:``); for anything else AF_INET, unless ``host`` is a name that resolves to IPv6
+    addresses only. A name that does not resolve gets AF_INET (the bind then fails,
+    naming the resolver's reason)."""
+    if ":" in host:
+        return socket.AF_INET6
+    try:
+        infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return socket.AF_INET
+    families = {info[0] for info in infos}
+    return socket.AF_INET6 if families == {socket.AF_INET6} else socket.AF_INET
 
 
 class _Slot:
@@ -128,10 +156,20 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the listen backlog: a burst of connections waits, not SYN retries
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler],
+                 family: socket.AddressFamily = socket.AF_INET) -> None:
         self._lock = threading.Lock()
         self._open: dict[socket.socket, _Slot] = {}  # insertion order: oldest first
+        self.address_family = family  # read by TCPServer.__init__ to make the socket
         super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        """Bind; an IPv6 wildcard listener takes IPv4 connections too (dual stack), so
+        that ``agent status`` and probes reach ``::`` on 127.0.0.1."""
+        if self.address_family == socket.AF_INET6 and _is_unspecified(str(self.server_address[0])):
+            with contextlib.suppress(OSError, AttributeError):  # an IPv6-only system
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self._lock:
@@ -194,6 +232,13 @@ class _BoundedHTTPServer(ThreadingHTTPServer):
         log.error("status endpoint: error answering %s", client_address, exc_info=exc)
 
 
+def _is_unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
+
+
 def _make_handler(metrics: MetricsSource, status: StatusProvider) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "bloomswarm-agent"
@@ -241,4 +286,5 @@ def _make_handler(metrics: MetricsSource, status: StatusProvider) -> type[BaseHT
     return Handler
 
 
-__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT_S", "MetricsSource", "StatusProvider", "StatusServer"]
+__all__ = ["MAX_CONNECTIONS", "REQUEST_TIMEOUT_S", "MetricsSource", "StatusProvider", "StatusServer",
+           "address_family"]

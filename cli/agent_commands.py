@@ -155,6 +155,15 @@ def build_source(
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    """``agent run``: the signal handlers first (:class:`_Signals`), then the slow start-up
+    (imports, configuration, keys, data directory, transfer, status endpoint): a SIGHUP in
+    it is remembered (or logged as ignored by an agent of one filter) and a SIGTERM or
+    SIGINT stops the agent cleanly, exit 0, instead of killing it."""
+    with _signals() as signals:
+        return _run_agent(args, signals)
+
+
+def _run_agent(args: argparse.Namespace, signals: _Signals) -> int:
     from bloomswarm.agent.daemon import AgentDaemon
     from bloomswarm.agent.install import prepare_data_dir
     from bloomswarm.agent.logfmt import log_event
@@ -165,6 +174,7 @@ def run_agent(args: argparse.Namespace) -> int:
     from bloomswarm.common.signing import load_public_keys
 
     config = load_agent_config(args)
+    signals.set_reloads(bool(config.filters))
     keys = load_public_keys(config.public_keys)
     try:  # an unusable data directory fails before anything starts
         if config.filters:  # each filter's daemon prepares its own folder under filters/
@@ -173,10 +183,13 @@ def run_agent(args: argparse.Namespace) -> int:
             spread_subdirectories(filters_dir)
         else:
             prepare_data_dir(config.data_dir)
-    except OSError as exc:
-        raise ConfigError(f"cannot use data_dir {config.data_dir}: {exc.strerror or exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a path the OS refuses (a NUL)
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"cannot use data_dir {config.data_dir}: {reason}") from exc
+    if signals.stop.is_set():  # stopped while starting: nothing to shut down yet
+        return 0
     if config.filters:
-        return _run_filters(args, config)
+        return _run_filters(args, config, signals)
     source, origin = build_source(config, keys)
     metrics = AgentMetrics()
     transfer = build_transfer(config)
@@ -184,20 +197,17 @@ def run_agent(args: argparse.Namespace) -> int:
                          peer_access=swarm_of(transfer))
     server = _start_server(StatusServer(metrics, daemon.status, config.status.host, config.status.port),
                            transfer)
-    stop = threading.Event()
-    with _signals(stop):
-        log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid())
-        try:
-            daemon.run(stop)
-        finally:
-            server.stop()
+    log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid())
+    try:
+        daemon.run(signals.stop)  # a stop set while starting: it starts and shuts down at once
+    finally:
+        server.stop()
     return 0
 
 
-def _run_filters(args: argparse.Namespace, config: AgentConfig) -> int:
-    """The agent of ``config``'s ``[[filters]]``; SIGHUP reloads the configuration."""
-    import threading
-
+def _run_filters(args: argparse.Namespace, config: AgentConfig, signals: _Signals) -> int:
+    """The agent of ``config``'s ``[[filters]]``; SIGHUP reloads the configuration (one
+    received while starting is applied once the filters run)."""
     from bloomswarm.agent.logfmt import log_event
     from bloomswarm.agent.status_server import StatusServer
 
@@ -208,14 +218,12 @@ def _run_filters(args: argparse.Namespace, config: AgentConfig) -> int:
     agent = build_filter_set(config, transfer, swarm_of(transfer))
     endpoint = StatusServer(agent, agent.status, config.status.host, config.status.port)
     server = _start_server(endpoint, transfer)
-    stop, reload = threading.Event(), threading.Event()
-    with _signals(stop, reload):
-        log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid(),
-                  filters=len(config.filters))
-        try:
-            agent.run(stop, reload=reload, load_config=lambda: load_agent_config(args))
-        finally:
-            server.stop()
+    log_event(log, logging.INFO, "listening", url=server.url, transfer=config.transfer, pid=os.getpid(),
+              filters=len(config.filters))
+    try:
+        agent.run(signals.stop, reload=signals.reload, load_config=lambda: load_agent_config(args))
+    finally:
+        server.stop()
     return 0
 
 
@@ -226,34 +234,70 @@ def _start_server(server: StatusServer, transfer: Transfer) -> StatusServer:
     except OSError as exc:
         transfer.close()
         raise ConfigError(
-            f"cannot listen on {server.host}:{server.port} for the status endpoint: {exc.strerror or exc}"
+            f"cannot listen on {server.address} for the status endpoint: {exc.strerror or exc}"
         ) from exc
     return server
 
 
-@contextlib.contextmanager
-def _signals(stop: threading.Event, reload: threading.Event | None = None) -> Iterator[None]:
-    """SIGTERM and SIGINT set ``stop``; SIGHUP sets ``reload`` (without one, it is logged
-    and ignored, not fatal); the previous handlers are restored on exit."""
-    from bloomswarm.agent.logfmt import log_event
+class _Signals:
+    """What SIGTERM, SIGINT and SIGHUP asked of ``agent run``, from its first moment.
 
-    def on_stop(signum: int, _frame: FrameType | None) -> None:
+    SIGTERM and SIGINT set :attr:`stop`. SIGHUP sets :attr:`reload` (logged "reloading";
+    while starting, "reload_requested": applied once the filters run), unless the agent
+    is known to reload nothing (:meth:`set_reloads` False: one filter), where it is logged
+    as "reload_ignored", never fatal. The handlers take no lock: they run on the main
+    thread, between any two of its steps."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.reload = threading.Event()
+        self._reloads: bool | None = None  # None: not known yet (the config not loaded)
+
+    def set_reloads(self, reloads: bool) -> None:
+        """Whether the agent reloads on SIGHUP (an agent of ``[[filters]]``); without, a
+        SIGHUP already received is logged as ignored and forgotten."""
+        self._reloads = reloads
+        if not reloads and self.reload.is_set():
+            self.reload.clear()
+            self._log_ignored()
+
+    def on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        from bloomswarm.agent.logfmt import log_event
+
         log_event(log, logging.INFO, "stopping", signal=signal.Signals(signum).name)
-        stop.set()
+        self.stop.set()
 
-    def on_reload(_signum: int, _frame: FrameType | None) -> None:
-        if reload is None:  # one filter: nothing reloads without a restart; do not die of it
-            log_event(log, logging.WARNING, "reload_ignored", signal="SIGHUP",
-                      reason="only an agent of [[filters]] reloads its filters; restart to apply settings")
+    def on_reload(self, _signum: int, _frame: FrameType | None) -> None:
+        from bloomswarm.agent.logfmt import log_event
+
+        if self._reloads is False:  # one filter: nothing reloads without a restart; do not die of it
+            self._log_ignored()
             return
-        log_event(log, logging.INFO, "reloading", signal="SIGHUP")
-        reload.set()
+        if self._reloads is None:
+            log_event(log, logging.INFO, "reload_requested", signal="SIGHUP",
+                      when="once the agent has started")
+        else:
+            log_event(log, logging.INFO, "reloading", signal="SIGHUP")
+        self.reload.set()
 
-    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: on_stop, signal.SIGINT: on_stop,
-                                           signal.SIGHUP: on_reload}
+    @staticmethod
+    def _log_ignored() -> None:
+        from bloomswarm.agent.logfmt import log_event
+
+        log_event(log, logging.WARNING, "reload_ignored", signal="SIGHUP",
+                  reason="only an agent of [[filters]] reloads its filters; restart to apply settings")
+
+
+@contextlib.contextmanager
+def _signals() -> Iterator[_Signals]:
+    """Install :class:`_Signals`' handlers of SIGTERM, SIGINT and SIGHUP; the previous
+    handlers are restored on exit."""
+    signals = _Signals()
+    handlers: dict[signal.Signals, Any] = {signal.SIGTERM: signals.on_stop, signal.SIGINT: signals.on_stop,
+                                           signal.SIGHUP: signals.on_reload}
     previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
     try:
-        yield
+        yield signals
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -277,8 +321,7 @@ def run_status(args: argparse.Namespace) -> int:
         status_config = StatusConfig()
         if args.config is not None:
             status_config = load_config(args.config, environ=os.environ).status
-        host = "127.0.0.1" if status_config.host in ("0.0.0.0", "::", "") else status_config.host
-        url = f"http://{host}:{status_config.port}"
+        url = status_config.local_url  # an IPv6 host in brackets, a wildcard as 127.0.0.1
     base = url.rstrip("/")
     status = fetch_status(base, timeout=args.timeout)
     try:

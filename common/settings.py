@@ -309,7 +309,9 @@ class SettingsLoader:
 
     @staticmethod
     def read_document(path: Path) -> dict[str, Any]:
-        """The parsed TOML file; ConfigError when it is missing, unreadable or invalid."""
+        """The parsed TOML file; ConfigError (one line, naming the file) when it is missing,
+        unreadable, not UTF-8, not TOML, or nested too deeply for the parser (tomllib recurses
+        once a level: a few hundred nested arrays or inline tables exhaust Python's stack)."""
         try:
             with path.open("rb") as fh:
                 document = tomllib.load(fh)
@@ -319,6 +321,11 @@ class SettingsLoader:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        except RecursionError:  # no traceback worth keeping: it is the file's depth
+            raise ConfigError(
+                f"config file {path} is not valid TOML for bloomswarm: its arrays or tables "
+                f"are nested too deeply"
+            ) from None
         except UnicodeDecodeError as exc:  # tomllib decodes the whole file first
             raise ConfigError(
                 f"config file {path} is not UTF-8: {exc.reason} at byte {exc.start}"
