@@ -90,6 +90,15 @@ def test_every_alert_is_in_the_operations_table() -> None:
         assert f"`{rule['alert']}`" in operations, rule["alert"]
 
 
+def test_the_operations_table_shows_each_alert_s_expression() -> None:
+    """The table's PromQL is the rule's (spaces aside; `|` escaped in a Markdown cell)."""
+    operations = (ROOT / "docs" / "operations.md").read_text()
+    for rule in alert_rules():
+        (row,) = [line for line in operations.splitlines() if line.startswith(f"| `{rule['alert']}` |")]
+        expression = row.split("` | `", 1)[1].split("`", 1)[0].replace("\\|", "|")
+        assert expression.replace(" ", "") == rule["expr"].replace(" ", ""), rule["alert"]
+
+
 def test_the_promtool_tests_make_every_alert_fire_and_stay_silent() -> None:
     tests = yaml.safe_load(RULE_TESTS.read_text())
     fired: set[str] = set()
