@@ -8,17 +8,22 @@ round of every case instead of every run of one case.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import gc
 import json
+import math
 import os
 import platform
+import signal
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 Thunk = Callable[[], object]
@@ -292,3 +297,219 @@ def mapping_memory(pid: int, path: str | os.PathLike[str]) -> dict[str, int]:
         for key in totals:
             totals[key] += fields.get(key, 0)
     return totals
+
+
+# -- command line and signals ------------------------------------------------------------
+
+
+def stop_on_signals() -> None:
+    """Make SIGTERM and SIGHUP raise ``SystemExit(128 + signum)`` in this process, so the
+    ``with`` and ``finally`` blocks on the way out stop the fleets, servers and agents a
+    benchmark started and remove its temporary directories (SIGINT already raises
+    KeyboardInterrupt). Call it first in every ``main()``.
+
+    A second signal while that cleanup runs is ignored, so the cleanup is not cut short.
+    A child forked from this process (multiprocessing) that gets one of these signals
+    dies of it as usual instead of unwinding a copy of the parent's stack.
+    """
+    owner = os.getpid()
+    stopping = False
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if stopping:
+            return
+        stopping = True
+        raise SystemExit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, handler)
+
+
+def _number(text: str, kind: Callable[[str], float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def _bounded(value: float, text: str, low: float, high: float | None, *, low_ok: bool) -> None:
+    if value < low or (value == low and not low_ok):
+        what = "at least" if low_ok else "greater than"
+        raise argparse.ArgumentTypeError(f"must be {what} {low:g}, not {text}")
+    if high is not None and value > high:
+        raise argparse.ArgumentTypeError(f"must be at most {high:g}, not {text}")
+
+
+def positive_int(high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= 1 (and <= ``high``)."""
+    return int_at_least(1, high)
+
+
+def non_negative_int(high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer >= 0 (and <= ``high``)."""
+    return int_at_least(0, high)
+
+
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        _bounded(value, text, low, high, low_ok=True)
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def positive_float(high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number > 0 (and <= ``high``)."""
+
+    def parse(text: str) -> float:
+        value = _number(text, float)
+        _bounded(value, text, 0.0, high, low_ok=False)
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def non_negative_float(high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number >= 0 (and <= ``high``)."""
+
+    def parse(text: str) -> float:
+        value = _number(text, float)
+        _bounded(value, text, 0.0, high, low_ok=True)
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def open_fraction(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1 (a false-positive rate)."""
+    value = _number(text, float)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (exclusive), not {text}")
+    return value
+
+
+def int_list(low: int = 1, high: int | None = None, *, empty_ok: bool = True) -> Callable[[str], list[int]]:
+    """An argparse type: comma-separated integers in ``low..high`` (``""``: an empty list)."""
+    item = int_at_least(low, high)
+
+    def parse(text: str) -> list[int]:
+        values = [item(part.strip()) for part in text.split(",") if part.strip()]
+        if not values and not empty_ok:
+            raise argparse.ArgumentTypeError("needs at least one value")
+        return values
+
+    parse.__name__ = "list"
+    return parse
+
+
+def choice_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    """An argparse type: comma-separated names, each one of ``choices``, at least one."""
+
+    def parse(text: str) -> list[str]:
+        values = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [v for v in values if v not in choices]
+        if unknown or not values:
+            raise argparse.ArgumentTypeError(
+                f"wants a comma-separated list of {', '.join(choices)}, not {text!r}")
+        return values
+
+    parse.__name__ = "list"
+    return parse
+
+
+def _writable_dir(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``: tried (and removed), since permission
+    bits alone say yes to root, even on /proc."""
+    if not folder.is_dir():
+        return False
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(probe)
+    return True
+
+
+def output_path(text: str) -> Path:
+    """An argparse type for a file the benchmark writes at the end (``--json``,
+    ``--markdown``, ``--out``): checked before any work starts, so a bad path fails at
+    once instead of after the run. Not a directory; its folder exists and is writable;
+    an existing file is writable."""
+    path = Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"the folder of {text!r} does not exist")
+    if not _writable_dir(folder) or (path.exists() and not _can_write(path)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not writable")
+    return path
+
+
+def _can_write(path: Path) -> bool:
+    """Whether the existing file ``path`` can be written, tried without changing it."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND))
+    except OSError:
+        return False
+    return True
+
+
+def input_file(text: str) -> Path:
+    """An argparse type: an existing, readable regular file."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not readable")
+    return path
+
+
+def work_dir(text: str) -> Path:
+    """An argparse type for a scratch folder the benchmark creates (or reuses): an
+    existing writable directory, or a path whose nearest existing ancestor is one."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not _writable_dir(ancestor):
+        raise argparse.ArgumentTypeError(f"cannot create or write {text!r} ({ancestor} is not writable)")
+    return path
+
+
+def fill_defaults(args: argparse.Namespace, defaults: Mapping[str, object]) -> None:
+    """Set each option of ``defaults`` that was not given (None) to its default: the way
+    ``--quick``/``--smoke`` pick small defaults while options given explicitly win."""
+    for name, value in defaults.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
+
+
+def read_json_arg(parser: argparse.ArgumentParser, option: str, path: Path) -> Any:
+    """The JSON in ``path``, or ``parser.error`` with one line when it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        parser.error(f"argument {option}: cannot read {str(path)!r}: {exc}")

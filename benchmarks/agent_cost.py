@@ -49,7 +49,22 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import Check, fmt_ratio, format_table, load_average, machine_info, section, write_json
+from benchmarks._common import (
+    Check,
+    fill_defaults,
+    fmt_ratio,
+    format_table,
+    load_average,
+    machine_info,
+    non_negative_float,
+    output_path,
+    positive_float,
+    positive_int,
+    read_json_arg,
+    section,
+    stop_on_signals,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
@@ -275,26 +290,31 @@ def report(idle: IdleRow, rollout: RolloutRow | None, baseline: Mapping[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--agents", type=int, default=8, help="agents in the fleet (8)")
-    parser.add_argument("--window-s", type=float, default=30.0, help="idle measuring window (30)")
-    parser.add_argument("--settle-s", type=float, default=5.0, help="wait after convergence (5)")
-    parser.add_argument("--size-mib", type=int, default=64, help="the rollout's file size (64)")
-    parser.add_argument("--idle-size-mib", type=int, default=1, help="the seeded version's size (1)")
-    parser.add_argument("--upload-cap-mib", type=float, default=4.0,
+    parser.add_argument("--agents", type=positive_int(1000), help="agents in the fleet (8)")
+    parser.add_argument("--window-s", type=positive_float(86400), help="idle measuring window (30)")
+    parser.add_argument("--settle-s", type=non_negative_float(3600), help="wait after convergence (5)")
+    parser.add_argument("--size-mib", type=positive_int(64 * 1024), help="the rollout's file size (64)")
+    parser.add_argument("--idle-size-mib", type=positive_int(64 * 1024), default=1,
+                        help="the seeded version's size (1)")
+    parser.add_argument("--upload-cap-mib", type=positive_float(1024 * 1024), default=4.0,
                         help="each agent's and the origin's upload cap (4)")
     parser.add_argument("--no-rollout", action="store_true", help="the idle row only")
-    parser.add_argument("--smoke", action="store_true", help="2 agents, 2 MiB, 3 s windows")
-    parser.add_argument("--json", type=Path, metavar="PATH", help=f"write the results (e.g. {DEFAULT_JSON})")
+    parser.add_argument("--smoke", action="store_true",
+                        help="2 agents, 2 MiB, 3 s windows (options given explicitly win)")
+    parser.add_argument("--json", type=output_path, metavar="PATH",
+                        help=f"write the results (e.g. {DEFAULT_JSON})")
     parser.add_argument("--baseline", action="store_true", help="store this run as the JSON's baseline")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.agents, args.window_s, args.settle_s, args.size_mib = 2, 3.0, 1.0, 2
-    if args.agents < 1 or args.window_s <= 0 or args.size_mib < 1:
-        parser.error("--agents, --window-s and --size-mib must be positive")
+    defaults = {"agents": 2, "window_s": 3.0, "settle_s": 1.0, "size_mib": 2} if args.smoke else {
+        "agents": 8, "window_s": 30.0, "settle_s": 5.0, "size_mib": 64}
+    fill_defaults(args, defaults)
     previous: dict[str, Any] = {}
     if args.json is not None and args.json.exists():
-        previous = json.loads(args.json.read_text(encoding="utf-8"))
+        previous = read_json_arg(parser, "--json", args.json)
+        if not isinstance(previous, dict):
+            parser.error(f"argument --json: {str(args.json)!r} does not hold a JSON object")
     section(f"agent cost: {args.agents} agents, idle {args.window_s:.0f} s, rollout {args.size_mib} MiB")
     with tempfile.TemporaryDirectory(prefix="bloomswarm-agent-cost-") as tmp:
         idle, rollout = run(args.agents, args.window_s, args.size_mib, idle_size_mib=args.idle_size_mib,

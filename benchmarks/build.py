@@ -62,12 +62,19 @@ import numpy.typing as npt
 from benchmarks._common import (
     Check,
     Timing,
+    fill_defaults,
     fmt_bytes,
     fmt_rate,
     format_table,
     load_average,
     machine_info,
+    open_fraction,
+    output_path,
+    positive_float,
+    positive_int,
     section,
+    stop_on_signals,
+    work_dir,
     write_json,
 )
 
@@ -429,30 +436,36 @@ def mb_s(size: int, seconds: float) -> str:
 def parse_args(argv: list[str] | None) -> tuple[Config, Path | None]:
     """The benchmark's configuration and the JSON output path."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--keys", type=int, default=100_000_000)
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--python-sample", type=int, default=2_000_000)
-    parser.add_argument("--fpp", type=float, default=0.01)
-    parser.add_argument("--publish-gib", type=float, default=1.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cache-dir", type=Path,
+    parser.add_argument("--keys", type=positive_int(10**10), help="keys in the filter (100M)")
+    parser.add_argument("--files", type=positive_int(10_000), help="input text files (8)")
+    parser.add_argument("--python-sample", type=positive_int(10**9),
+                        help="keys of the pure-Python build (2M)")
+    parser.add_argument("--fpp", type=open_fraction, default=0.01)
+    parser.add_argument("--publish-gib", type=positive_float(1024), help="size of the uploaded file (1)")
+    parser.add_argument("--repeats", type=positive_int(1000), help="runs per measurement (3)")
+    parser.add_argument("--cache-dir", type=work_dir,
                         help="keep generated inputs here (default: ~/.cache/bloomswarm-bench; "
                              "with --quick, a temporary directory)")
     parser.add_argument("--skip-dask", action="store_true")
     parser.add_argument("--skip-publish", action="store_true")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes, for a smoke test (options given explicitly win)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.keys, args.files, args.python_sample = 200_000, 4, 20_000
-        args.publish_gib, args.repeats = 16 / 1024, 1
+        defaults = {"keys": 200_000, "files": 4, "python_sample": 20_000, "publish_gib": 16 / 1024,
+                    "repeats": 1}
+    else:
+        defaults = {"keys": 100_000_000, "files": 8, "python_sample": 2_000_000, "publish_gib": 1.0,
+                    "repeats": 3}
+    fill_defaults(args, defaults)
     default_cache = None if args.quick else (
         Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "bloomswarm-bench"
     )
     publish_bytes = max(64, int(args.publish_gib * 1024**3) // 64 * 64)
     return Config(
         keys=args.keys, files=args.files, python_sample=args.python_sample, fpp=args.fpp,
-        publish_bytes=publish_bytes, repeats=max(1, args.repeats),
+        publish_bytes=publish_bytes, repeats=args.repeats,
         cache_dir=args.cache_dir or default_cache, skip_dask=args.skip_dask,
         skip_publish=args.skip_publish, quick=args.quick,
     ), args.json
@@ -475,6 +488,7 @@ def checks_of(rows: list[Row], dask: list[Row], identical: list[bool], upload: d
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     cfg, json_path = parse_args(argv)
     info = machine_info()
     print(f"machine: {info['nproc']} CPUs, {info['cpu_model']}, load {info['loadavg']}")

@@ -43,11 +43,18 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks._common import (
     Check,
     Timing,
+    fill_defaults,
     fmt_bytes,
     format_table,
+    int_list,
     machine_info,
+    non_negative_int,
+    output_path,
+    positive_int,
     repeat,
     section,
+    stop_on_signals,
+    work_dir,
     write_json,
 )
 
@@ -308,24 +315,29 @@ def print_tables(results: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--keys", default="10000000,100000000", help="key counts, comma-separated")
-    parser.add_argument("--behind", default="1,2,4,8", help="versions behind, comma-separated")
-    parser.add_argument("--big-mib", type=int, default=1024, help="body of the big filter in MiB (0: none)")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 200k keys, a 16 MiB filter")
+    parser.add_argument("--keys", type=int_list(1, 10**10),
+                        help="key counts, comma-separated (10000000,100000000)")
+    parser.add_argument("--behind", type=int_list(1, 1000), default=[1, 2, 4, 8],
+                        help="versions behind, comma-separated (1,2,4,8)")
+    parser.add_argument("--big-mib", type=non_negative_int(256 * 1024),
+                        help="body of the big filter in MiB (1024; 0: none)")
+    parser.add_argument("--repeats", type=positive_int(1000), help="runs per measurement (3)")
+    parser.add_argument("--work", type=work_dir, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 200k keys, a 16 MiB filter (options given explicitly win)")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.keys, args.big_mib, args.repeats = "200000", 16, 2
-    args.keys = [int(k) for k in args.keys.split(",") if k]
-    args.behind = sorted({int(b) for b in args.behind.split(",") if b})
-    if not args.behind or min(args.behind) < 1 or 1 not in args.behind:
+    defaults = ({"keys": [200_000], "big_mib": 16, "repeats": 2} if args.quick else
+                {"keys": [10_000_000, 100_000_000], "big_mib": 1024, "repeats": 3})
+    fill_defaults(args, defaults)
+    args.behind = sorted(set(args.behind))
+    if 1 not in args.behind:
         parser.error("--behind must list positive counts, 1 among them")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     args = parse_args(argv)
     print(f"C extension with the delta coder: {'yes' if HAVE_C else 'no (numpy only)'}", flush=True)
     with _work_dir(args.work) as work:

@@ -31,7 +31,16 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import numpy as np
 
-from benchmarks._common import format_table, machine_info, section, write_json
+from benchmarks._common import (
+    format_table,
+    machine_info,
+    output_path,
+    positive_int,
+    section,
+    stop_on_signals,
+    work_dir,
+    write_json,
+)
 from benchmarks.fleet_flow import Fleet, FleetOutcome
 from benchmarks.fleet_flow import simulate as simulate_flow
 from benchmarks.fleet_pieces import Rollout
@@ -202,12 +211,13 @@ def plot(predictions: list[dict[str, Any]], calibration: list[dict[str, Any]], o
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--plots", type=Path, help="write PNG plots into this directory")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--plots", type=work_dir, help="write PNG plots into this directory")
     parser.add_argument("--quick", action="store_true", help="smoke run: one calibration point, small fleets")
-    parser.add_argument("--large-max-agents", type=int, default=None,
+    parser.add_argument("--large-max-agents", type=positive_int(10**7), default=None,
                         help="simulate 10 GiB only up to this many agents (slow beyond)")
     args = parser.parse_args(argv)
     began = time.time()

@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import importlib
 import importlib.metadata
-import json
 import os
 import re
 import shutil
@@ -38,7 +37,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import machine_info, write_json
+from benchmarks._common import (
+    machine_info,
+    output_path,
+    positive_int,
+    read_json_arg,
+    stop_on_signals,
+    work_dir,
+    write_json,
+)
 
 TARGET_NAMES = ("header", "filter_file", "manifest", "config", "delta", "index")
 _MAX_LEN = {"header": 4200, "filter_file": 12288, "manifest": 4096, "config": 4096, "delta": 8192,
@@ -142,15 +149,19 @@ def run_target(name: str, runs: int, work: Path, timeout_s: int) -> dict[str, An
     }
 
 
-def write_results(out: Path, results: list[dict[str, Any]], argv: list[str]) -> None:
+def previous_results(data: Any) -> dict[str, dict[str, Any]]:
+    """The per-target entries of a previous ``--out`` file, by target name."""
+    return {t["target"]: t for t in data["targets"]}
+
+
+def write_results(out: Path, results: list[dict[str, Any]], argv: list[str],
+                  previous: dict[str, dict[str, Any]]) -> None:
     """Write the figures to ``out``, replacing the entries of the targets run now and
-    keeping the others (so one target can be re-run after a fix)."""
+    keeping the ``previous`` others (so one target can be re-run after a fix)."""
     command = " ".join(["python", "benchmarks/fuzz.py", *argv])
     stamp = {"command": command, "engine": f"atheris {importlib.metadata.version('atheris')} (libFuzzer)",
              "machine": machine_info()}
-    previous: dict[str, Any] = {}
-    if out.exists():
-        previous = {t["target"]: t for t in json.loads(out.read_text(encoding="utf-8"))["targets"]}
+    previous = dict(previous)
     for result in results:
         previous[result["target"]] = {**result, **stamp}
     ordered = [previous[n] for n in TARGET_NAMES if n in previous]
@@ -161,20 +172,30 @@ def write_results(out: Path, results: list[dict[str, Any]], argv: list[str]) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", default=",".join(TARGET_NAMES), help="comma-separated")
-    parser.add_argument("--runs", type=int, default=1_000_000, help="inputs per target")
-    parser.add_argument("--timeout", type=int, default=10, help="seconds before an input is a hang")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/bloomswarm-fuzz"))
-    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--runs", type=positive_int(10**12), default=1_000_000, help="inputs per target")
+    parser.add_argument("--timeout", type=positive_int(3600), default=10,
+                        help="seconds before an input is a hang")
+    parser.add_argument("--work", type=work_dir, default=Path("/tmp/bloomswarm-fuzz"))
+    parser.add_argument("--out", type=output_path, help="write the figures as JSON here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--findings", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     if args.worker:
         worker(args.worker, args.findings, [a for a in rest if a != "--"])
         return 0
+    stop_on_signals()  # not in the worker: libFuzzer handles its own signals
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     names = [n for n in args.targets.split(",") if n]
     unknown = sorted(set(names) - set(TARGET_NAMES))
-    if unknown:
+    if unknown or not names:
         parser.error(f"unknown targets {unknown}; known: {', '.join(TARGET_NAMES)}")
+    previous: dict[str, dict[str, Any]] = {}
+    if args.out is not None and args.out.exists():
+        try:
+            previous = previous_results(read_json_arg(parser, "--out", args.out))
+        except (KeyError, TypeError) as exc:
+            parser.error(f"argument --out: {str(args.out)!r} is not a fuzz.py results file ({exc!r})")
     results = []
     for name in names:
         result = run_target(name, args.runs, args.work, args.timeout)
@@ -183,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
               f"findings {len(result['findings'])}, artifacts {len(result['hang_or_crash_artifacts'])}",
               flush=True)
     if args.out:
-        write_results(args.out, results, argv if argv is not None else sys.argv[1:])
+        write_results(args.out, results, argv if argv is not None else sys.argv[1:], previous)
     bad = [r for r in results if r["findings"] or r["hang_or_crash_artifacts"] or not r["completed"]]
     return 1 if bad else 0
 

@@ -66,9 +66,14 @@ from benchmarks._common import (
     load_average,
     machine_info,
     mapping_memory,
+    open_fraction,
+    output_path,
+    positive_float,
+    positive_int,
     repeat,
     section,
     smaps_rollup,
+    stop_on_signals,
     write_json,
 )
 
@@ -129,20 +134,24 @@ QUICK = Config(
 def parse_args(argv: list[str] | None = None) -> Config:
     """Command-line options; ``--quick`` changes the defaults of the options not given."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--keys", type=int, help="keys in the filters (default 10M)")
-    p.add_argument("--fpp", type=float, help="target false-positive rate (default 0.01)")
-    p.add_argument("--big-gib", type=float, help="bit-array size of the big filter (default 1.0)")
+    p.add_argument("--keys", type=positive_int(10**10), help="keys in the filters (default 10M)")
+    p.add_argument("--fpp", type=open_fraction, help="target false-positive rate (default 0.01)")
+    p.add_argument("--big-gib", type=positive_float(1024),
+                   help="bit-array size of the big filter (default 1.0)")
     p.add_argument("--skip-big", action="store_true", help="skip the big-filter section")
     p.add_argument("--skip-competitors", action="store_true",
                    help="skip rbloom, pybloomfiltermmap3, fastbloom-rs and set")
-    p.add_argument("--json", dest="json_path", help="write all numbers to this JSON file")
+    p.add_argument("--json", dest="json_path", type=output_path, help="write all numbers to this JSON file")
     p.add_argument("--quick", action="store_true", help="a tiny run (smoke test)")
-    p.add_argument("--sample", type=int, help="keys per single-key loop (default 1M)")
-    p.add_argument("--repeats", type=int, help="runs per measurement, best kept (default 5)")
-    p.add_argument("--big-build-seconds", type=float,
+    p.add_argument("--sample", type=positive_int(10**10), help="keys per single-key loop (default 1M)")
+    p.add_argument("--repeats", type=positive_int(1000), help="runs per measurement, best kept (default 5)")
+    p.add_argument("--big-build-seconds", type=positive_float(86400),
                    help="time budget for inserting keys into the big filter (default 180)")
-    p.add_argument("--processes", type=int, help="processes sharing the big filter (default 4)")
+    p.add_argument("--processes", type=positive_int(1000),
+                   help="processes sharing the big filter (default 4)")
     args = p.parse_args(argv)
+    if args.json_path is not None:
+        args.json_path = str(args.json_path)
     base = QUICK if args.quick else Config()
     given = {
         name: getattr(args, name)
@@ -864,6 +873,7 @@ def run(cfg: Config) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: parse options, run, write JSON when asked. Always 0 unless it crashes."""
+    stop_on_signals()
     cfg = parse_args(argv)
     results = run(cfg)
     if cfg.json_path:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -64,8 +63,14 @@ from benchmarks._common import (
     format_table,
     load_average,
     machine_info,
+    non_negative_float,
+    non_negative_int,
+    output_path,
+    positive_float,
+    positive_int,
     section,
     smaps_rollup,
+    stop_on_signals,
     write_json,
 )
 from benchmarks.agent_cost import cpu_ticks
@@ -563,35 +568,34 @@ def plan_arms(compare: Sequence[int], default: int) -> list[Arm]:
 def main(argv: list[str] | None = None) -> int:
     """Run the arms, print the tables and the targets; write JSON. Exit 0 when every
     target is met (or ``--no-targets``), 1 when one is not, 2 when a rollout failed."""
+    stop_on_signals()  # stop the fleets and remove the work folder on the way out
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=16, help="agents (16)")
-    parser.add_argument("--filters", type=int, default=100, help="filters every agent follows (100)")
-    parser.add_argument("--size-kib", type=float, default=100.0, help="each filter's size, KiB (100)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds after v1 (3)")
+    parser.add_argument("--agents", type=positive_int(1000), default=16, help="agents (16)")
+    parser.add_argument("--filters", type=positive_int(100_000), default=100,
+                        help="filters every agent follows (100)")
+    parser.add_argument("--size-kib", type=positive_float(64 * 1024 * 1024), default=100.0,
+                        help="each filter's size, KiB (100)")
+    parser.add_argument("--rounds", type=non_negative_int(10_000), default=3, help="rounds after v1 (3)")
     parser.add_argument("--compare-direct-max-bytes", default="",
                         help="comma-separated [swarm] direct_max_bytes values, one arm each")
-    parser.add_argument("--idle-s", type=float, default=10.0,
+    parser.add_argument("--idle-s", type=non_negative_float(86400), default=10.0,
                         help="idle window for the poll rates, seconds (10; 0: not measured)")
-    parser.add_argument("--round-limit-s", type=float, default=300.0,
+    parser.add_argument("--round-limit-s", type=positive_float(86400), default=300.0,
                         help="give up on a round after this long: its times become lower bounds (300)")
     parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
-    parser.add_argument("--poll-interval-s", type=float, default=None,
+    parser.add_argument("--poll-interval-s", type=positive_float(3600), default=None,
                         help="the agents' [watch] poll_interval_s, jitter half of it (default: the "
                              "agent's default, 2 s and 0.5 s)")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=output_path, help="write the results here")
     parser.add_argument("--no-targets", action="store_true", help="exit 0 whatever the figures (smoke runs)")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the fleets on the way out
-    if args.agents < 1 or args.filters < 1 or args.rounds < 0 or args.size_kib <= 0 or args.idle_s < 0:
-        parser.error("--agents and --filters must be at least 1, --rounds and --idle-s not negative, "
-                     "--size-kib positive")
-    if args.poll_interval_s is not None and not 0 < args.poll_interval_s <= 3600:
-        parser.error("--poll-interval-s must be positive (at most 3600)")
     try:
         compare = parse_sizes(args.compare_direct_max_bytes)
     except ValueError as exc:
         parser.error(f"--compare-direct-max-bytes: {exc}")
     size = int(args.size_kib * KIB)
+    if size < 1:
+        parser.error("argument --size-kib: must be at least one byte")
     shape = Shape(args.agents, args.filters, size, args.rounds, args.discovery, args.idle_s,
                   args.round_limit_s, args.poll_interval_s)
     default_direct = SwarmConfig().direct_max_bytes

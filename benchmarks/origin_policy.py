@@ -21,7 +21,6 @@ records a run.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -30,6 +29,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._common import (
+    choice_list,
+    output_path,
+    positive_float,
+    positive_int,
+    stop_on_signals,
+    write_json,
+)
 from bloomswarm.common.bucket_layout import FILTER_FILE_NAME
 from bloomswarm.sandbox.origin import Origin
 from bloomswarm.sandbox.tracker import OpenTracker
@@ -63,14 +73,18 @@ def _row(discovery: str, policy: str, results: list[WorkersResult]) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     """Run the matrix, print a table, optionally write JSON."""
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=5)
-    parser.add_argument("--size-mib", type=int, default=32)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--origin-connection-mib", type=float, default=8.0)
-    parser.add_argument("--discovery", default="tracker,dht")
-    parser.add_argument("--policies", default="fallback,always")
-    parser.add_argument("--json", type=Path)
+    parser.add_argument("--agents", type=positive_int(1000), default=5)
+    parser.add_argument("--size-mib", type=positive_int(64 * 1024), default=32)
+    parser.add_argument("--runs", type=positive_int(1000), default=5)
+    parser.add_argument("--origin-connection-mib", type=positive_float(1024 * 1024), default=8.0)
+    parser.add_argument("--discovery", type=choice_list(("tracker", "dht")), default=["tracker", "dht"],
+                        help="comma-separated: tracker, dht (tracker,dht)")
+    parser.add_argument("--policies", type=choice_list(("fallback", "always")),
+                        default=["fallback", "always"],
+                        help="comma-separated: fallback, always (fallback,always)")
+    parser.add_argument("--json", type=output_path)
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="origin-policy-"))
@@ -80,14 +94,14 @@ def main(argv: list[str] | None = None) -> int:
         file = work / "origin" / FILTER_FILE_NAME
         write_random_file(file, args.size_mib * MIB)
         torrent = make_test_torrent(file)
-        discoveries = args.discovery.split(",")
+        discoveries = args.discovery
         if "tracker" in discoveries:
             tracker = OpenTracker().start()
             tracker.allow(torrent.info_hash_v1, torrent.info_hash_v2)
         cap = int(args.origin_connection_mib * MIB)
         with Origin(files=file.parent, connection_rate=cap) as origin:
             for discovery in discoveries:
-                for policy in args.policies.split(","):
+                for policy in args.policies:
                     trackers = [tracker.announce_url] if discovery == "tracker" and tracker else []
                     settings = loopback_swarm(origin_policy=policy, trackers=trackers)
                     results = []
@@ -113,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
               f"({row['origin_copies_min']:.2f}–{row['origin_copies_max']:.2f}) | "
               f"{row['agents_counted_copies_mean']:.2f}× | {row['seconds_mean']:.1f} |")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows},
-                                        indent=1))
+        shown = {k: ",".join(v) if isinstance(v, list) else str(v) for k, v in vars(args).items()}
+        write_json(args.json, {"args": shown, "rows": rows})
     return 0 if all(row["all_correct"] for row in rows) else 1
 
 

@@ -36,7 +36,19 @@ from typing import Any, Literal
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import Check, format_table, load_average, machine_info, section, write_json
+from benchmarks._common import (
+    Check,
+    fill_defaults,
+    format_table,
+    load_average,
+    machine_info,
+    output_path,
+    positive_float,
+    positive_int,
+    section,
+    stop_on_signals,
+    write_json,
+)
 
 MIB = 1024 * 1024
 TIME_TOLERANCE = 0.10
@@ -121,18 +133,21 @@ def checks(found: dict[str, float]) -> list[Check]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=8)
-    parser.add_argument("--size-mib", type=int, default=256)
-    parser.add_argument("--upload-mib", type=float, default=4.0, help="per-agent and origin cap, MiB/s")
-    parser.add_argument("--rounds", type=int, default=1, help="public+private pairs, order alternating")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--smoke", action="store_true", help="2 agents, 4 MiB, 16 MiB/s")
+    parser.add_argument("--agents", type=positive_int(1000), help="agents (8)")
+    parser.add_argument("--size-mib", type=positive_int(64 * 1024), help="file size, MiB (256)")
+    parser.add_argument("--upload-mib", type=positive_float(1024 * 1024),
+                        help="per-agent and origin cap, MiB/s (4)")
+    parser.add_argument("--rounds", type=positive_int(1000),
+                        help="public+private pairs, order alternating (1)")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--smoke", action="store_true",
+                        help="2 agents, 4 MiB, 16 MiB/s (options given explicitly win)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.agents, args.size_mib, args.upload_mib, args.rounds = 2, 4, 16.0, 1
-    if args.agents < 1 or args.size_mib < 1 or args.upload_mib <= 0 or args.rounds < 1:
-        parser.error("--agents, --size-mib, --upload-mib and --rounds must be positive")
+    defaults = ({"agents": 2, "size_mib": 4, "upload_mib": 16.0, "rounds": 1} if args.smoke else
+                {"agents": 8, "size_mib": 256, "upload_mib": 4.0, "rounds": 1})
+    fill_defaults(args, defaults)
     cap, size = int(args.upload_mib * MIB), args.size_mib * MIB
     rollouts: list[Rollout] = []
     with tempfile.TemporaryDirectory(prefix="bench-private-") as tmp:

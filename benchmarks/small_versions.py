@@ -39,7 +39,18 @@ from typing import Any, Literal
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import Check, format_table, load_average, machine_info, section, write_json
+from benchmarks._common import (
+    Check,
+    format_table,
+    load_average,
+    machine_info,
+    output_path,
+    positive_float,
+    positive_int,
+    section,
+    stop_on_signals,
+    write_json,
+)
 from benchmarks.swarm import CpuMeter, random_filter
 from bloomswarm.agent.config import SwarmConfig
 from bloomswarm.publisher.config import DeltaConfig
@@ -153,18 +164,20 @@ def table(points: Sequence[VersionPoint]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the fleet, print the table and the targets; write JSON. Exit 0 when every
     target is met (or ``--no-targets``), 1 when one is not, 2 when the rollout failed."""
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--agents", type=int, default=8, help="agents (8)")
-    parser.add_argument("--versions", type=int, default=5, help="versions published one after another (5)")
-    parser.add_argument("--size-mib", type=float, default=1.0, help="file size, MiB (1)")
+    parser.add_argument("--agents", type=positive_int(1000), default=8, help="agents (8)")
+    parser.add_argument("--versions", type=positive_int(10_000), default=5,
+                        help="versions published one after another (5)")
+    parser.add_argument("--size-mib", type=positive_float(64 * 1024), default=1.0, help="file size, MiB (1)")
     parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=output_path, help="write the results here")
     parser.add_argument("--no-targets", action="store_true",
                         help="exit 0 whatever the figures (smoke runs)")
     args = parser.parse_args(argv)
-    if args.agents < 1 or args.versions < 1 or args.size_mib <= 0:
-        parser.error("--agents and --versions must be at least 1, --size-mib positive")
     size = int(args.size_mib * MIB)
+    if size < 1:
+        parser.error("argument --size-mib: must be at least one byte")
     began = time.time()
     load_start = load_average()
     points: list[VersionPoint] = []

@@ -57,13 +57,26 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import Check, load_average, machine_info, write_json
+from benchmarks._common import (
+    Check,
+    int_at_least,
+    load_average,
+    machine_info,
+    non_negative_float,
+    non_negative_int,
+    open_fraction,
+    output_path,
+    positive_float,
+    positive_int,
+    stop_on_signals,
+    work_dir,
+    write_json,
+)
 from benchmarks.soak_deltas import (
     agent_delta_summary,
     delta_log,
@@ -559,52 +572,56 @@ def swarm_settings(overrides: list[str]) -> dict[str, object]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--agents", type=int, default=16)
-    parser.add_argument("--duration", type=float, default=600.0, help="seconds of churn after warm-up")
-    parser.add_argument("--publish-interval", type=float, default=20.0)
-    parser.add_argument("--kill-interval", type=float, default=30.0)
-    parser.add_argument("--fault-rate", type=float, default=0.3, help="share of origin requests that fail")
-    parser.add_argument("--lookup-processes", type=int, default=2)
-    parser.add_argument("--keep-versions", type=int, default=2)
+    day = 86400.0
+    parser.add_argument("--agents", type=positive_int(1000), default=16)
+    parser.add_argument("--duration", type=positive_float(30 * day), default=600.0,
+                        help="seconds of churn after warm-up")
+    parser.add_argument("--publish-interval", type=positive_float(day), default=20.0)
+    parser.add_argument("--kill-interval", type=positive_float(day), default=30.0)
+    parser.add_argument("--fault-rate", type=non_negative_float(1.0), default=0.3,
+                        help="share of origin requests that fail")
+    parser.add_argument("--lookup-processes", type=positive_int(1000), default=2)
+    parser.add_argument("--keep-versions", type=positive_int(1000), default=2)
     parser.add_argument("--deltas", action=argparse.BooleanOptionalAction, default=True,
                         help="the agents' install.deltas (--no-deltas: always the full file)")
-    parser.add_argument("--stable-keys", type=int, default=800_000)
-    parser.add_argument("--rolling-keys", type=int, default=200_000, help="rolling window per version")
-    parser.add_argument("--churn", type=int, default=20_000,
+    parser.add_argument("--stable-keys", type=non_negative_int(10**10), default=800_000)
+    parser.add_argument("--rolling-keys", type=non_negative_int(10**10), default=200_000,
+                        help="rolling window per version")
+    parser.add_argument("--churn", type=non_negative_int(10**10), default=20_000,
                         help="rolling keys dropped and added per version")
-    parser.add_argument("--fpp", type=float, default=0.01)
-    parser.add_argument("--warmup", type=float, default=60.0,
+    parser.add_argument("--fpp", type=open_fraction, default=0.01)
+    parser.add_argument("--warmup", type=non_negative_float(30 * day), default=60.0,
                         help="seconds into the soak of the agents' start RSS/FD sample")
-    parser.add_argument("--sample-interval", type=float, default=5.0, help="RSS/FD sampling period")
-    parser.add_argument("--batch", type=int, default=2048, help="lookups per timed batch")
-    parser.add_argument("--check-sample", type=int, default=50_000,
+    parser.add_argument("--sample-interval", type=positive_float(day), default=5.0,
+                        help="RSS/FD sampling period")
+    parser.add_argument("--batch", type=positive_int(10**8), default=2048, help="lookups per timed batch")
+    parser.add_argument("--check-sample", type=non_negative_int(10**10), default=50_000,
                         help="stable and rolling keys sampled for checking, each")
-    parser.add_argument("--lookup-nice", type=int, default=10, help="niceness of the lookup processes")
-    parser.add_argument("--converge-timeout", type=float, default=180.0)
-    parser.add_argument("--rss-growth", type=float, default=0.10, help="allowed relative RSS growth")
-    parser.add_argument("--rss-slack-mib", type=int, default=16, help="allowed absolute RSS growth")
-    parser.add_argument("--fd-slack", type=int,
+    parser.add_argument("--lookup-nice", type=int_at_least(0, 19), default=10,
+                        help="niceness of the lookup processes")
+    parser.add_argument("--converge-timeout", type=positive_float(day), default=180.0)
+    parser.add_argument("--rss-growth", type=non_negative_float(100.0), default=0.10,
+                        help="allowed relative RSS growth")
+    parser.add_argument("--rss-slack-mib", type=non_negative_int(1024 * 1024), default=16,
+                        help="allowed absolute RSS growth")
+    parser.add_argument("--fd-slack", type=non_negative_int(10**6),
                         help="allowed growth of open FDs (default 2 x agents + 8: a connection per peer "
                              "per kept version may open or close)")
-    parser.add_argument("--file-slack", type=int, default=4,
+    parser.add_argument("--file-slack", type=non_negative_int(10**6), default=4,
                         help="allowed growth of FDs of regular files (filter files, logs)")
     parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
                         help="an agent [swarm] setting over the soak's ('default': the agent's own)")
     parser.add_argument("--discovery", choices=("auto", "tracker", "dht"), default="auto")
-    parser.add_argument("--s3-read-timeout", type=float, default=1.0,
+    parser.add_argument("--s3-read-timeout", type=positive_float(3600), default=1.0,
                         help="agents' S3 read timeout: a stalled document GET costs this, then a retry")
-    parser.add_argument("--s3-attempts", type=int, default=3, help="agents' S3 attempts per request")
+    parser.add_argument("--s3-attempts", type=positive_int(100), default=3,
+                        help="agents' S3 attempts per request")
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
-    parser.add_argument("--work-dir", type=Path, help="keep the fleet here (default: a temporary directory)")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--markdown", type=Path, help="write a report here")
+    parser.add_argument("--work-dir", type=work_dir,
+                        help="keep the fleet here (default: a temporary directory)")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--markdown", type=output_path, help="write a report here")
     args = parser.parse_args(argv)
-    if args.agents < 1 or args.duration <= 0 or args.publish_interval <= 0 or args.kill_interval <= 0:
-        parser.error("--agents, --duration and the intervals must be positive")
-    if not 0.0 <= args.fault_rate <= 1.0:
-        parser.error("--fault-rate must be within 0..1")
-    if args.lookup_processes < 1 or args.keep_versions < 1:
-        parser.error("--lookup-processes and --keep-versions must be at least 1")
     try:
         KeyPlan(args.stable_keys, args.rolling_keys, args.churn)
         swarm_settings(args.swarm)
@@ -613,13 +630,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)  # unwinds through Soak.run's cleanup
-
-
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()  # unwinds through Soak.run's cleanup
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="bloomswarm-soak-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -635,7 +648,6 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, result)
         print(f"wrote {args.json}")
     if args.markdown is not None:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(render_markdown(result), encoding="utf-8")
         print(f"wrote {args.markdown}")
     return 0 if result["passed"] else 1

@@ -44,7 +44,18 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import Check, Timing, fmt_ratio, format_table, machine_info, section, write_json
+from benchmarks._common import (
+    Check,
+    Timing,
+    fmt_ratio,
+    format_table,
+    machine_info,
+    output_path,
+    positive_int,
+    section,
+    stop_on_signals,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,14 +161,17 @@ def report(timings: dict[tuple[str, str], Timing], subjects: Sequence[Subject],
 
 
 def main(argv: list[str] | None = None) -> int:
+    stop_on_signals()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--baseline", type=Path, metavar="DIR",
                         help="another checkout to compare with (e.g. a git worktree of the previous commit)")
-    parser.add_argument("--runs", type=int, default=20, help="timed runs of every command and subject (20)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--runs", type=positive_int(10_000), default=20,
+                        help="timed runs of every command and subject (20)")
+    parser.add_argument("--json", type=output_path, metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
-    if args.runs < 1:
-        parser.error("--runs must be at least 1")
+    if args.baseline is not None and not (args.baseline / "scripts" / "package_tree.py").is_file():
+        parser.error(f"argument --baseline: {str(args.baseline)!r} is not a bloomswarm checkout "
+                     "(no scripts/package_tree.py)")
     with tempfile.TemporaryDirectory(prefix="bloomswarm-startup-") as tmp:
         folder = Path(tmp)
         filter_path = make_filter(folder)

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,7 +59,23 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 import numpy as np
 
-from benchmarks._common import Check, format_table, load_average, machine_info, section, write_json
+from benchmarks._common import (
+    Check,
+    fill_defaults,
+    format_table,
+    input_file,
+    int_list,
+    load_average,
+    machine_info,
+    open_fraction,
+    output_path,
+    positive_float,
+    read_json_arg,
+    section,
+    stop_on_signals,
+    work_dir,
+    write_json,
+)
 from benchmarks._swarm_delta import (
     DELTA_HEADERS,
     DeltaPoint,
@@ -140,7 +156,11 @@ class Point:
 
 def load_points(path: Path) -> tuple[list[Point], list[Point], list[str]]:
     """The P2P and direct points and the failures of a JSON file this benchmark wrote."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    return points_of(json.loads(path.read_text(encoding="utf-8")))
+
+
+def points_of(data: dict[str, Any]) -> tuple[list[Point], list[Point], list[str]]:
+    """The P2P and direct points and the failures of a run's results (as loaded)."""
     names = {f.name for f in fields(Point) if f.init}
 
     def points(key: str) -> list[Point]:
@@ -294,8 +314,8 @@ def parse_settings(items: Sequence[str]) -> dict[str, object]:
     settings: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--swarm wants KEY=VALUE, got {item!r}")
+        if not sep or not key:
+            raise ValueError(f"--swarm wants KEY=VALUE, got {item!r}")
         try:
             settings[key] = int(value)
         except ValueError:
@@ -306,66 +326,76 @@ def parse_settings(items: Sequence[str]) -> dict[str, object]:
     return settings
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep, print the table and the checks; write JSON, plots, Markdown."""
+    stop_on_signals()
+    fleets, sizes_mib = int_list(1, 1000), int_list(1, 64 * 1024)
+    rate = positive_float(1024 * 1024)
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--agents", default="8,16,32", help="fleet sizes (comma-separated)")
-    parser.add_argument("--sizes-mib", default="64,256,1024", help="P2P file sizes, MiB")
-    parser.add_argument("--direct-sizes-mib", default="64",
-                        help="file sizes of the direct baseline, MiB (empty: no baseline)")
-    parser.add_argument("--direct-agents", default=None,
+    parser.add_argument("--agents", type=fleets, help="fleet sizes (comma-separated; 8,16,32)")
+    parser.add_argument("--sizes-mib", type=sizes_mib, help="P2P file sizes, MiB (64,256,1024; empty: none)")
+    parser.add_argument("--direct-sizes-mib", type=sizes_mib,
+                        help="file sizes of the direct baseline, MiB (64; empty: no baseline)")
+    parser.add_argument("--direct-agents", type=fleets, default=None,
                         help="fleet sizes of the baseline (default: --agents)")
-    parser.add_argument("--large-agents", default=None,
+    parser.add_argument("--large-agents", type=fleets, default=None,
                         help="fleet sizes that also get the sizes above 256 MiB (default: all)")
-    parser.add_argument("--upload-mib", type=float, default=4.0, help="per-agent upload (and download) cap")
-    parser.add_argument("--origin-mib", type=float, default=None,
+    parser.add_argument("--upload-mib", type=rate, help="per-agent upload (and download) cap (4)")
+    parser.add_argument("--origin-mib", type=rate, default=None,
                         help="origin's total cap (default: = upload)")
-    parser.add_argument("--download-mib", type=float, default=None,
+    parser.add_argument("--download-mib", type=rate, default=None,
                         help="per-agent download cap (default: = upload)")
     parser.add_argument("--discovery", default="tracker", choices=("tracker", "dht", "auto"))
     parser.add_argument("--swarm", action="append", default=[], metavar="KEY=VALUE",
                         help="[swarm] setting of the P2P agents, for experiments (default: none, "
                         "the agent's defaults)")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--plots", type=Path, help="directory for swarm_time.png and swarm_origin.png")
-    parser.add_argument("--markdown", type=Path, help="write the results table here")
-    parser.add_argument("--from-json", type=Path, metavar="RESULTS",
-                        help="measure nothing: redo the table, checks, plots and Markdown of a saved run")
+    parser.add_argument("--json", type=output_path, help="write the results here")
+    parser.add_argument("--plots", type=work_dir, help="directory for swarm_time.png and swarm_origin.png")
+    parser.add_argument("--markdown", type=output_path, help="write the results table here")
+    parser.add_argument("--from-json", type=input_file, metavar="RESULTS",
+                        help="measure nothing: redo the table, checks, plots and Markdown of a saved run "
+                             "(not with --json)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 3 agents, 8 MiB, no caps beyond 8 MiB/s, baseline included "
-                             "(with --delta-churn: the delta mode alone)")
-    parser.add_argument("--delta-churn", type=float, default=None, metavar="C",
+                             "(with --delta-churn: the delta mode alone; options given explicitly win)")
+    parser.add_argument("--delta-churn", type=open_fraction, default=None, metavar="C",
                         help="add the delta mode: v2 replaces this share of v1's keys (e.g. 0.01)")
-    parser.add_argument("--delta-sizes-mib", default="256", help="file sizes of the delta mode, MiB")
-    parser.add_argument("--delta-agents", default=None,
+    parser.add_argument("--delta-sizes-mib", type=sizes_mib, help="file sizes of the delta mode, MiB (256)")
+    parser.add_argument("--delta-agents", type=fleets, default=None,
                         help="fleet sizes of the delta mode (default: --agents)")
     args = parser.parse_args(argv)
+    defaults: dict[str, object] = {"agents": [8, 16, 32], "sizes_mib": [64, 256, 1024],
+                                   "direct_sizes_mib": [64], "upload_mib": 4.0, "delta_sizes_mib": [256]}
     if args.quick:
-        args.agents, args.sizes_mib, args.direct_sizes_mib, args.upload_mib = "3", "8", "8", 16.0
+        defaults.update(agents=[3], sizes_mib=[8], direct_sizes_mib=[8], upload_mib=16.0)
         if args.delta_churn is not None:
-            args.sizes_mib, args.direct_sizes_mib, args.delta_sizes_mib, args.delta_agents = "", "", "8", "3"
-    if args.delta_churn is not None and not 0.0 < args.delta_churn < 1.0:
-        parser.error("--delta-churn must be in (0, 1)")
+            defaults.update(sizes_mib=[], direct_sizes_mib=[], delta_sizes_mib=[8], delta_agents=[3])
+    fill_defaults(args, defaults)
+    if not args.agents:
+        parser.error("argument --agents: needs at least one fleet size")
+    if args.from_json is not None and args.json is not None:
+        parser.error("--json cannot be combined with --from-json (it would overwrite a measured run's "
+                     "settings with this command's)")
+    try:
+        swarm_settings = parse_settings(args.swarm)
+    except ValueError as exc:
+        parser.error(str(exc))
+    loaded: tuple[list[Point], list[Point], list[str], list[DeltaPoint]] | None = None
+    if args.from_json is not None:
+        data = read_json_arg(parser, "--from-json", args.from_json)
+        try:
+            loaded = (*points_of(data), load_delta_points(data.get("delta", [])))
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            parser.error(f"argument --from-json: {str(args.from_json)!r} is not a swarm.py results file "
+                         f"({exc!r})")
     upload = int(args.upload_mib * MIB)
-    setup = Setup(
-        upload_cap=upload,
-        download_cap=int((args.download_mib or args.upload_mib) * MIB),
-        origin_cap=int((args.origin_mib or args.upload_mib) * MIB),
-        swarm=parse_settings(args.swarm),
-        discovery=args.discovery,
-        work=Path(tempfile.mkdtemp(prefix="bench-swarm-")),
-    )
-    agents = _ints(args.agents)
-    sizes = [s * MIB for s in _ints(args.sizes_mib)]
-    direct_sizes = [s * MIB for s in _ints(args.direct_sizes_mib)]
-    direct_agents = _ints(args.direct_agents) if args.direct_agents else agents
-    large_agents = set(_ints(args.large_agents)) if args.large_agents else set(agents)
-    delta_sizes = [s * MIB for s in _ints(args.delta_sizes_mib)] if args.delta_churn is not None else []
-    delta_agents = _ints(args.delta_agents) if args.delta_agents else agents
+    agents: list[int] = args.agents
+    sizes = [s * MIB for s in args.sizes_mib]
+    direct_sizes = [s * MIB for s in args.direct_sizes_mib]
+    direct_agents: list[int] = args.direct_agents or agents
+    large_agents = set(args.large_agents or agents)
+    delta_sizes = [s * MIB for s in args.delta_sizes_mib] if args.delta_churn is not None else []
+    delta_agents: list[int] = args.delta_agents or agents
     began = time.time()
     p2p: list[Point] = []
     direct: list[Point] = []
@@ -376,12 +406,19 @@ def main(argv: list[str] | None = None) -> int:
     ]
     plan = [(mode, n, s) for mode, n, s in plan if s]  # --sizes-mib '': no P2P sweep
     plan += [("direct", n, direct_sizes) for n in direct_agents if direct_sizes]
-    if args.from_json:
-        p2p, direct, failures = load_points(args.from_json)
-        delta_points = load_delta_points(json.loads(args.from_json.read_text(encoding="utf-8"))
-                                         .get("delta", []))
+    if loaded is not None:
+        p2p, direct, failures, delta_points = loaded
         plan, delta_sizes = [], []
-    try:
+    setup = Setup(
+        upload_cap=upload,
+        download_cap=int((args.download_mib or args.upload_mib) * MIB),
+        origin_cap=int((args.origin_mib or args.upload_mib) * MIB),
+        swarm=swarm_settings,
+        discovery=args.discovery,
+        work=Path(),
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-swarm-", ignore_cleanup_errors=True) as tmp:
+        setup = replace(setup, work=Path(tmp))
         for mode, n, fleet_sizes in plan:
             section(f"{'P2P' if mode == 'p2p' else 'direct baseline'}, {n} agents")
             points: list[Point] = []
@@ -394,8 +431,6 @@ def main(argv: list[str] | None = None) -> int:
         if delta_sizes:
             run_delta_mode(setup, args.delta_churn, delta_agents, delta_sizes, points=delta_points,
                            failures=failures)
-    finally:
-        shutil.rmtree(setup.work, ignore_errors=True)
 
     from benchmarks._swarm_report import markdown_table, plot
 
@@ -438,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         "checks": [c.as_dict() for c in checks],
         "failures": failures,
     }
-    if args.json and not args.from_json:
+    if args.json:
         write_json(args.json, result)
     if args.plots:
         plot(p2p, direct, args.plots)

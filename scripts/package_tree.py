@@ -10,6 +10,7 @@ Usage: python scripts/package_tree.py DEST
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main(dest: str) -> int:
+def copy_tree(dest: str) -> None:
+    """Copy the packaged source folders into ``dest`` (see the module docstring)."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     mapping: dict[str, str] = config["package-dir"]
     for package in config["packages"]:
@@ -32,11 +34,24 @@ def main(dest: str) -> int:
         for path in source.iterdir():
             if path.is_file() and (path.suffix in (".py", ".pyi") or path.name == "py.typed"):
                 shutil.copy2(path, target / path.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse DEST, copy the tree there; a DEST that cannot be made is one line, exit 2."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/package_tree.py",
+        description="Copy the source folders into DEST laid out as they install (for mypy).")
+    parser.add_argument("dest", metavar="DEST", help="folder to fill (made when missing)")
+    args = parser.parse_args(argv)
+    dest = Path(args.dest)
+    if dest.exists() and not dest.is_dir():
+        parser.error(f"DEST {args.dest!r} exists and is not a directory")
+    try:
+        copy_tree(args.dest)
+    except OSError as exc:
+        parser.error(f"cannot copy into DEST {args.dest!r}: {exc}")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python scripts/package_tree.py DEST", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main())
