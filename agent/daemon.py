@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from bloomswarm.common.atomic_file import write_atomically
 from bloomswarm.common.datadir import DataDir
+from bloomswarm.common.delta import temporaries_of
 from bloomswarm.common.errors import BloomswarmError, FormatError, ObjectNotFound
 from bloomswarm.common.header import read_header
 from bloomswarm.common.manifest import Manifest
@@ -82,7 +83,7 @@ from .deltas import (
     plan_delta,
 )
 from .freshness import PointerFreshness
-from .gc import collect_garbage, installed_versions
+from .gc import collect_garbage, installed_versions, retire_version
 from .install import (
     DownloadRefused,
     InstalledDocuments,
@@ -91,6 +92,7 @@ from .install import (
     install_delta,
     install_version,
     is_installed,
+    make_owner_writable,
     prepare_data_dir,
     read_if_present,
     read_last_sequence,
@@ -271,7 +273,9 @@ class AgentDaemon:
 
     def start(self) -> None:
         """Recover after a (re)start: seed installed versions, resume an unfinished download,
-        clean leftovers. Raises FormatError when state.json is malformed."""
+        clean leftovers (with the temporary files of atomic writes a crash interrupted: none
+        is in progress yet). Raises FormatError when state.json is malformed (its message
+        says to delete it)."""
         prepare_data_dir(self.data_dir)
         self._last_sequence = read_last_sequence(self.data_dir)
         current = self.layout.current_version()
@@ -288,7 +292,7 @@ class AgentDaemon:
                     self._seed(DeltaKey(version, base), delta_torrent)
         self._publish_current(current)
         self._target = self._recover_download(current)
-        self._collect()
+        self._collect(temporaries=True)
         self._started = True
         self._log_event(logging.INFO, "started", data_dir=self.data_dir, current=current,
                         resuming=self._target.version if self._target else None,
@@ -737,7 +741,12 @@ class AgentDaemon:
             self.metrics.verification_failures.labels(exc.check).inc()
             if self.layout.current_version() != target.version:
                 self._remove_transfer(target.version)
-                self._discard(self.layout.version_dir(target.version))
+                try:  # renamed away first: never a half-deleted version after a crash
+                    self._discard(retire_version(self.layout, target.version))
+                except OSError as failure:
+                    self._log_event(logging.WARNING, "cleanup_failed",
+                                    path=self.layout.version_dir(target.version),
+                                    error=f"{failure.strerror or failure}: {failure.filename or ''}")
             self._fail(target, now, "verification_failed", f"installed copy: {exc}", check=exc.check)
             return
         self._swap(target, now, downloaded=False)
@@ -771,7 +780,12 @@ class AgentDaemon:
     # -- restarts, resume data, garbage --------------------------------------------------
 
     def _recover_download(self, current: int | None) -> _Target | None:
-        """The unfinished download in staging/, verified again, if it is still wanted."""
+        """The unfinished download in staging/, verified again, if it is still wanted.
+
+        Its staged file (the filter's, or the delta's being resumed) gets its owner's write
+        bit back when an install a crash interrupted had made it read-only: the transfer
+        that resumes it writes to it. A failure to do so is logged (the transfer then
+        reports the download's error)."""
         candidates: list[_Target] = []
         for staging in sorted(p for p in self.layout.staging.iterdir() if p.is_dir()):
             try:
@@ -786,6 +800,8 @@ class AgentDaemon:
             if decision.action is not Action.INSTALL:
                 continue
             delta = self._recover_delta(staging, announcement)
+            self._make_resumable(self.layout.filter_in(staging) if delta is None
+                                 else self.layout.staged_delta(delta.version, delta.base))
             resume = read_if_present(
                 self.layout.resume_in(staging) if delta is None
                 else self.layout.delta_resume_file(delta.version, delta.base))
@@ -795,16 +811,41 @@ class AgentDaemon:
             return None
         return max(candidates, key=lambda t: t.announcement.pointer.sequence)
 
+    def _make_resumable(self, staged: Path) -> None:
+        try:
+            if make_owner_writable(staged):
+                self._log_event(logging.INFO, "staged_file_writable", path=staged,
+                                detail="made read-only by an install a crash interrupted")
+        except OSError as exc:
+            self._log_event(logging.WARNING, "staged_file_not_writable", path=staged,
+                            error=exc.strerror or exc)
+
     def _recover_delta(self, staging: Path, announcement: Announcement) -> DeltaPlan | None:
-        """The delta whose download ``staging`` holds (its torrent kept there), if its base
-        is still installed and it is still the manifest's. What an apply interrupted by
-        the shutdown left there is deleted: the apply is done again."""
+        """The delta whose download ``staging`` holds (its torrent kept there), if deltas
+        are on, its base is still installed and it is still the manifest's. Only then is
+        what an apply interrupted by the shutdown left there deleted (its filter.bsf and
+        temporary file: the apply is done again); otherwise the full file's download
+        resumes and its partial filter.bsf is kept (only an apply's temporary file goes;
+        a complete applied file is verified like any download)."""
         version = announcement.version
-        if self.layout.staged_delta_bases(staging):  # a delta's staging: its filter.bsf was applied
+        bases = self.layout.staged_delta_bases(staging)
+        plan = self._resumable_delta(staging, announcement) if bases else None
+        if plan is not None:  # a delta's staging: its filter.bsf was applied
             leftovers = discard_unfinished_apply(self.layout, version)
-            if leftovers:
-                self._log_event(logging.INFO, "delta_apply_discarded", version=version,
-                                paths=",".join(p.name for p in leftovers), detail="applied again")
+        else:
+            leftovers = temporaries_of(self.layout.staged_file(version)) if bases else []
+            for path in leftovers:
+                path.unlink(missing_ok=True)
+        if leftovers:
+            self._log_event(logging.INFO, "delta_apply_discarded", version=version,
+                            paths=",".join(p.name for p in leftovers),
+                            detail="applied again" if plan is not None else "fetching the full file")
+        return plan
+
+    def _resumable_delta(self, staging: Path, announcement: Announcement) -> DeltaPlan | None:
+        """The first delta whose torrent ``staging`` keeps that can be resumed; see
+        :meth:`_recover_delta`."""
+        version = announcement.version
         if not self.config.install.deltas:
             return None
         for base in self.layout.staged_delta_bases(staging):
@@ -854,10 +895,11 @@ class AgentDaemon:
             # Not fsynced: a transfer ignores resume data it cannot use.
             write_atomically(path, [data], mode=0o644, durable=False)
 
-    def _collect(self, *, leftovers: bool = True) -> None:
+    def _collect(self, *, leftovers: bool = True, temporaries: bool = False) -> None:
         downloading = self._target.version if self._target is not None else None
         collected = collect_garbage(self.data_dir, self.config.install.keep_versions,
-                                    self._stop_version, downloading=downloading, leftovers=leftovers)
+                                    self._stop_version, downloading=downloading, leftovers=leftovers,
+                                    temporaries=temporaries)
         if collected.versions or collected.leftovers:
             self._disk_changed = True
             self._log_event(logging.INFO, "garbage_collected",

@@ -1,8 +1,8 @@
 """Installing a verified version into the data directory, and the checks made before a download.
 
-The layout is :class:`~bloomswarm.common.datadir.DataDir`'s. Installing is: the staged
-file is made read-only (0444) and fsynced; the manifest, its signature and the torrent
-are written atomically into the version's directory; the file is renamed into it *last*
+The layout is :class:`~bloomswarm.common.datadir.DataDir`'s. Installing is: the
+manifest, its signature and the torrent are written into the version's directory; the
+staged file is made read-only (0444), fsynced and renamed into it *last*
 (so an installed filter exists only complete and verified; or hard-linked, ``keep_staged``,
 when the transfer that downloaded it goes on seeding it: see
 :meth:`~.transfer.Transfer.relocate`); the directories are
@@ -94,10 +94,12 @@ def install_version(
     """Move the verified ``staged_file`` into version ``version``'s directory; return its
     new path.
 
-    ``documents`` are stored beside it, read-only. The file is renamed last, then the
-    directories are fsynced. An existing installed file of that version is left as it is
-    (versions are immutable) and the staged file is removed. Does not flip ``current``:
-    see :func:`activate`.
+    ``documents`` are stored beside it, read-only. The file is made read-only (0444) and
+    renamed last, then the directories are fsynced: a failure or a crash before that step
+    leaves ``staged_file`` with its mode (writable, for a resumed download; a crash between
+    the chmod and the rename leaves it 0444: see :func:`make_owner_writable`). An existing
+    installed file of that version is left as it is (versions are immutable) and the
+    staged file is removed. Does not flip ``current``: see :func:`activate`.
 
     ``keep_staged``: the file is hard-linked into place instead of renamed, so that a
     transfer still reading ``staged_file`` keeps working until it is switched to the new
@@ -113,23 +115,26 @@ def install_version(
         if not keep_staged:
             staged_file.unlink(missing_ok=True)
         return target
-    os.chmod(staged_file, READ_ONLY)
     fd = os.open(staged_file, os.O_RDONLY)
     try:
+        target_dir.mkdir(parents=True, exist_ok=True)
+        for path, data in (
+            (layout.manifest_file(version), documents.manifest),
+            (layout.signature_file(version), documents.manifest_signature),
+            (layout.torrent_file(version), documents.torrent),
+        ):
+            # Written in place: the directory is no version until its filter file appears
+            # (below, after these are fsynced); a crash's leftovers are replaced here or
+            # collected with the incomplete directory.
+            path.unlink(missing_ok=True)
+            write_new_file(path, data, mode=READ_ONLY)
+        # Read-only only now, right before it is placed: until then a crash (or a failure
+        # above) leaves a staged file the resumed transfer can still write to. One fsync
+        # makes its bytes and its mode durable before the name that publishes it.
+        os.fchmod(fd, READ_ONLY)
         os.fsync(fd)
     finally:
         os.close(fd)
-    target_dir.mkdir(parents=True, exist_ok=True)
-    for path, data in (
-        (layout.manifest_file(version), documents.manifest),
-        (layout.signature_file(version), documents.manifest_signature),
-        (layout.torrent_file(version), documents.torrent),
-    ):
-        # Written in place: the directory is no version until its filter file appears
-        # (below, after these are fsynced); a crash's leftovers are replaced here or
-        # collected with the incomplete directory.
-        path.unlink(missing_ok=True)
-        write_new_file(path, data, mode=READ_ONLY)
     _place(staged_file, target, keep_staged=keep_staged)
     fsync_directory(target_dir)  # the documents' and the filter file's names
     fsync_directory(target_dir.parent)  # the version directory's own name
@@ -143,11 +148,11 @@ def install_delta(data_dir: Path, version: int, base: int, staged_delta: Path, t
     written first: a delta file is only ever kept with its torrent. ``keep_staged``: as
     for :func:`install_version` (a hard link, the staged name kept)."""
     layout = DataDir(data_dir)
-    os.chmod(staged_delta, READ_ONLY)
     torrent_file = layout.delta_torrent_file(version, base)
     if torrent_file.exists():
         torrent_file.unlink()
     write_atomically(torrent_file, [torrent], mode=READ_ONLY)
+    os.chmod(staged_delta, READ_ONLY)  # only now: see install_version
     _place(staged_delta, layout.delta_file(version, base), keep_staged=keep_staged)
     fsync_directory(layout.version_dir(version))
 
@@ -167,6 +172,24 @@ def _place(staged: Path, target: Path, *, keep_staged: bool) -> None:
 
 _NO_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK})
 """Errors of ``link()`` that mean "no hard link here", where a rename still works."""
+
+
+def make_owner_writable(path: Path) -> bool:
+    """Give the regular file ``path`` back its owner's write bit when it lacks it; return
+    whether its mode was changed (a missing file, a link or a writable file: unchanged).
+
+    For a staged download that :func:`install_version` made read-only (0444) just before
+    a crash kept it from being placed: the transfer that resumes it (direct or swarm)
+    opens it for writing, which a non-root owner could not. Raises OSError when the mode
+    cannot be changed (not the file's owner)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(mode) or mode & stat.S_IWUSR:
+        return False
+    os.chmod(path, stat.S_IMODE(mode) | stat.S_IWUSR)
+    return True
 
 
 def activate(data_dir: Path, version: int) -> None:
@@ -224,8 +247,10 @@ def remove_tree(path: Path) -> None:
 def read_last_sequence(data_dir: Path) -> int | None:
     """The last accepted pointer sequence from the state file; None when there is none.
 
-    A malformed state file raises FormatError (the agent refuses to guess: delete it to
-    accept any sequence again).
+    A malformed state file (empty, not JSON, no integer ``last_sequence``) raises
+    FormatError, whose one-line message names the file, the fault and the remedy: the agent
+    refuses to guess (a replayed older pointer must stay refused); deleting the file
+    accepts any pointer sequence again.
     """
     state_file = DataDir(data_dir).state_file
     try:
@@ -236,10 +261,17 @@ def read_last_sequence(data_dir: Path) -> int | None:
         state = json.loads(data)
         sequence = state["last_sequence"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise FormatError(f"{state_file} is malformed: {exc}") from exc
+        fault = f"no {exc} field" if isinstance(exc, KeyError) else str(exc)
+        raise FormatError(_malformed_state(state_file, fault or type(exc).__name__)) from exc
     if sequence is not None and (isinstance(sequence, bool) or not isinstance(sequence, int)):
-        raise FormatError(f"{state_file}: last_sequence must be an integer")
+        raise FormatError(_malformed_state(state_file, "last_sequence must be an integer"))
     return sequence
+
+
+def _malformed_state(state_file: Path, fault: str) -> str:
+    """The one-line message of a malformed state file: what is wrong, and what to do."""
+    fault = " ".join(fault.split())
+    return f"{state_file} is malformed ({fault}): delete it to accept any pointer sequence again"
 
 
 def write_last_sequence(data_dir: Path, sequence: int | None) -> None:
@@ -256,6 +288,7 @@ __all__ = [
     "install_delta",
     "install_version",
     "is_installed",
+    "make_owner_writable",
     "prepare_data_dir",
     "read_if_present",
     "read_last_sequence",

@@ -1,8 +1,9 @@
 """Writing files atomically: a temporary name, fsync, rename, fsync of the directory.
 
 A reader sees either no file or the whole file; a crash leaves at most a temporary file
-whose name starts with ``.tmp-``, never a partial target. :func:`write_new_file` is the
-cheaper write for a directory nobody reads until a later step marks it complete.
+whose name starts with ``.tmp-`` (:data:`TEMPORARY_PREFIX`; :func:`temporaries_in` finds
+them), never a partial target. :func:`write_new_file` is the cheaper write for a directory
+nobody reads until a later step marks it complete.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+
+TEMPORARY_PREFIX = ".tmp-"
+"""How the name of :func:`write_atomically`'s temporary file begins (then the target's name)."""
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -46,7 +50,7 @@ def write_atomically(
     """
     target = Path(path)
     directory = target.parent
-    fd, tmp_name = tempfile.mkstemp(prefix=f".tmp-{target.name}.", dir=directory)
+    fd, tmp_name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{target.name}.", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
             for part in parts:
@@ -67,6 +71,18 @@ def write_atomically(
             os.unlink(tmp_name)
         raise
 
+
+def temporaries_in(directory: str | os.PathLike[str]) -> list[Path]:
+    """The files in ``directory`` named like an atomic write's temporary file
+    (:data:`TEMPORARY_PREFIX`), sorted: a crash's leftovers when no write into
+    ``directory`` is in progress (only the caller can know that). Not directories, and
+    nothing when ``directory`` is missing or cannot be listed."""
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return []
+    return sorted(Path(entry.path) for entry in entries
+                  if entry.name.startswith(TEMPORARY_PREFIX) and not entry.is_dir(follow_symlinks=False))
 
 
 def write_new_file(path: str | os.PathLike[str], data: bytes, *, mode: int = 0o644) -> None:

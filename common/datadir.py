@@ -16,6 +16,8 @@
       staging/v43/.delta-from-v42.torrent  filter.bsf), its torrent and resume data; the
       staging/v43/.delta-from-v42.resume   torrent's presence means "try the delta"
       state.json                         the agent's last accepted pointer sequence (replay guard)
+      versions/.trash-v40-1f2e3d4c/      a version being deleted (renamed from v40 first: no
+                                         reader sees a version half deleted)
 
 An agent that follows named filters (``[[filters]]``) keeps one such layout per filter in
 ``DATA_DIR/filters/NAME/`` (:func:`filter_data_dir`); LiveFilter opens one with ``filter=NAME``.
@@ -32,6 +34,7 @@ import contextlib
 import functools
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +59,7 @@ _STAGING = "staging"
 _STATE_FILE = "state.json"
 _RESUME_FILE = ".resume"
 _FLIP_TEMP = f".{_CURRENT}.tmp-"
+_TRASH_PREFIX = ".trash-"
 _VERSION_NAME = re.compile(r"v([1-9][0-9]*)")
 _DELTA_TORRENT_NAME = re.compile(
     r"\.?" + re.escape(DELTA_FILE_PREFIX) + r"([1-9][0-9]*)" + re.escape(DELTA_TORRENT_SUFFIX)
@@ -186,6 +190,25 @@ class DataDir:
     def delta_torrent_file(self, version: int, base: int) -> Path:
         """The torrent of :meth:`delta_file`."""
         return self.version_dir(version) / _delta_torrent_name(base)
+
+    def trash_dir(self, version: int) -> Path:
+        """A new hidden name in ``versions/`` for version ``version``'s directory while it
+        is deleted (a random part makes it unique): renamed there first, the version is
+        gone for readers at once, whatever a crash leaves of the deletion."""
+        return self.versions / f"{_TRASH_PREFIX}v{version}-{secrets.token_hex(4)}"
+
+    @staticmethod
+    def is_trash(name: str) -> bool:
+        """Whether an entry of ``versions/`` named ``name`` is a :meth:`trash_dir`."""
+        return name.startswith(_TRASH_PREFIX)
+
+    def trash_leftovers(self) -> list[Path]:
+        """Version directories renamed for deletion and not (completely) deleted yet."""
+        try:
+            names = os.listdir(self.versions)
+        except OSError:
+            return []
+        return sorted(self.versions / name for name in names if self.is_trash(name))
 
     def installed_deltas(self, version: int) -> list[int]:
         """Bases of the deltas held beside installed ``version`` (file and torrent), ascending."""

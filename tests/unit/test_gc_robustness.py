@@ -67,6 +67,17 @@ def _undeletable(monkeypatch: pytest.MonkeyPatch, victim: Path, module: object =
     monkeypatch.setattr(module, "remove_tree", remove_tree_failing)
 
 
+def _undeletable_version(monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """Make the deletion of version ``version``'s directory fail: of its trash, the name
+    collection renames it to before deleting it."""
+    def remove_tree_failing(path: Path) -> None:
+        if path.name.startswith(f".trash-v{version}-"):
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(path / "manifest.json"))
+        remove_tree(path)
+
+    monkeypatch.setattr(gc_module, "remove_tree", remove_tree_failing)
+
+
 def _agent_on_v1(tmp_path: Path, store: MemoryObjectStore, origin: MemoryOrigin,
                  daemons: list[AgentDaemon]) -> AgentDaemon:
     publish(store, ["a"])
@@ -176,19 +187,20 @@ def test_undeletable_old_version_is_logged_and_retried(
 ) -> None:
     install_fake_versions(data_dir, 1, 2, 3, 4)
     activate(data_dir, 4)
-    _undeletable(monkeypatch, DataDir(data_dir).version_dir(1))
+    _undeletable_version(monkeypatch, 1)
     stopped: list[int] = []
     with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
         collected = collect_garbage(data_dir, 2, stopped.append, leftovers=False)
     assert stopped == [1, 2]
-    assert collected.versions == [2]  # only what was deleted
-    assert collected.failed == ["versions/v1"]
-    assert installed_versions(data_dir) == [1, 3, 4]
+    assert collected.versions == [1, 2]  # renamed away: no longer installed
+    [trash] = DataDir(data_dir).trash_leftovers()
+    assert collected.failed == [str(trash.relative_to(data_dir))]  # what is left of v1
+    assert installed_versions(data_dir) == [3, 4]
     assert len(_warnings(caplog, "gc_delete_failed")) == 1
     monkeypatch.undo()  # the file became deletable: the next collection gets it
     collected = collect_garbage(data_dir, 2, stopped.append, leftovers=False)
-    assert collected.versions == [1]
-    assert installed_versions(data_dir) == [3, 4]
+    assert collected.versions == [] and collected.leftovers == [str(trash.relative_to(data_dir))]
+    assert not trash.exists() and installed_versions(data_dir) == [3, 4]
 
 
 # -- only canonical version names --------------------------------------------------------
@@ -264,16 +276,16 @@ def test_undeletable_old_version_does_not_stop_seeding_the_new_one(
     daemon = _agent_on_v1(tmp_path, store, origin, daemons)
     publish(store, ["a", "b"])
     run_until(daemon, lambda: installed(daemon, 2))
-    _undeletable(monkeypatch, daemon.layout.version_dir(1))
+    _undeletable_version(monkeypatch, 1)
     publish(store, ["a", "b", "c"])
     with caplog.at_level(logging.INFO, logger="bloomswarm.agent"):
         run_until(daemon, lambda: installed(daemon, 3))  # the install's GC fails on v1
         for _ in range(5):
             daemon.step()
     assert daemon.transfer.versions() == [2, 3]  # the new version is seeded, v1 no longer
-    assert (daemon.layout.version_dir(1)).exists()
-    assert any(str(daemon.layout.version_dir(1)) in message
-               for message in _warnings(caplog, "gc_delete_failed"))
+    [trash] = daemon.layout.trash_leftovers()  # what is left of v1, no version any more
+    assert not daemon.layout.version_dir(1).exists()
+    assert any(str(trash) in message for message in _warnings(caplog, "gc_delete_failed"))
 
 
 @pytest.mark.usefixtures("offline")
