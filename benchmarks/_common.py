@@ -375,22 +375,18 @@ def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
 
 def positive_float(high: float | None = None) -> Callable[[str], float]:
     """An argparse type: a finite number > 0 (and <= ``high``)."""
-
-    def parse(text: str) -> float:
-        value = _number(text, float)
-        _bounded(value, text, 0.0, high, low_ok=False)
-        return value
-
-    parse.__name__ = "number"
-    return parse
+    return _float_from(0.0, high, low_ok=False)
 
 
 def non_negative_float(high: float | None = None) -> Callable[[str], float]:
     """An argparse type: a finite number >= 0 (and <= ``high``)."""
+    return _float_from(0.0, high, low_ok=True)
 
+
+def _float_from(low: float, high: float | None, *, low_ok: bool) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = _number(text, float)
-        _bounded(value, text, 0.0, high, low_ok=True)
+        _bounded(value, text, low, high, low_ok=low_ok)
         return value
 
     parse.__name__ = "number"
