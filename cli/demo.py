@@ -5,7 +5,7 @@ that counts the bytes it sends), opentracker when it is installed and otherwise 
 bootstrapped from the first agent, and N agents as separate ``bloomswarm agent run``
 processes (see :class:`bloomswarm.sandbox.fleet.LocalFleet`), every one with the agent's
 default ``[swarm]`` settings beside addresses and discovery (the origin policy is the
-production one; the fleet polls every 0.5 s). A lookup client process
+production one, and so is the poll interval: 2 s, jitter 0.5 s). A lookup client process
 (:mod:`.demo_client`) reads the first agent's data directory through LiveFilter. Each
 round builds a version from generated keys (:mod:`.demo_data`), publishes it with the
 publisher's code and follows every agent until it swaps (:mod:`.demo_view` draws it).
@@ -175,7 +175,8 @@ class Demo:
 
         root = self._make_root()
         args = self.args
-        spec = FleetSpec(agents=args.agents, discovery=args.discovery, filters=self.filters)  # agent defaults
+        spec = FleetSpec(agents=args.agents, discovery=args.discovery, filters=self.filters,
+                         poll_interval_s=None)  # the agent's defaults, its poll interval included
         versions = "v1" if args.rounds == 1 else f"v1 to v{args.rounds}"
         report = None
         error: str | None = None
